@@ -330,7 +330,8 @@ def test_extreme_norms(ttype, scale, rotated_gaussian):
     base = rotated_gaussian[:256].reshape(-1, 64)
     unit = base / np.linalg.norm(base, axis=1, keepdims=True)
     design = T._codebook_json()["codebooks"][str(T.TYPES[ttype].bits)]["rel_mse"]
-    # 5e4: the lsq scale is ~1/(1 - rel_mse) above the norm, so it must stay below 65504 / 1.13 for turbo2
+    # 5e4: the lsq scale can exceed the norm (d/norm up to ~1.24 for turbo2 on Gaussian blocks), so keep
+    # norm * 1.24 below the fp16 maximum 65504
     for norm, tol in ((1e4, 1.1), (5e4, 1.1), (1e-6 * 8, 1.5), (1e-6, 2.0)):
         x = (unit * norm).astype(np.float32)
         y = T.dequantize(T.quantize(x, ttype, scale), ttype)

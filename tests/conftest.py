@@ -1,0 +1,77 @@
+"""Shared fixtures: the pinned source and one real CPU build, shared by every test module.
+
+The build is cached under $TQGGUF_CACHE (set by .ci/run to a fresh folder per CI run), so the
+first module that needs it pays for it and the others reuse it. For quick local runs,
+TQGGUF_TEST_SOURCE / TQGGUF_TEST_BIN_DIR may point at an existing tree / binaries folder.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+WIKITEXT = REPO.parent / "shared" / "data" / "wikitext-2-raw-test.txt"
+
+
+@pytest.fixture(scope="session")
+def pin():
+    from tqgguf.pin import load_pin
+
+    return load_pin()
+
+
+@pytest.fixture(scope="session")
+def pinned(pin):
+    """The pinned, verified, extracted source (tqgguf.source.Source)."""
+    from tqgguf.source import pinned_source
+
+    return pinned_source(pin)
+
+
+@pytest.fixture(scope="session")
+def llama_source(request) -> Path:
+    env = os.environ.get("TQGGUF_TEST_SOURCE")
+    return Path(env) if env else request.getfixturevalue("pinned").root
+
+
+@pytest.fixture(scope="session")
+def cpu_build(pin, pinned):
+    """One real CPU build of the pinned source with the series applied (tqgguf.build.BuildResult)."""
+    from tqgguf.build import BuildSpec, run_build
+
+    return run_build(pinned, pin, BuildSpec(backends=["cpu"]), jobs=os.cpu_count())
+
+
+@pytest.fixture(scope="session")
+def llama_bin(request):
+    """name -> path of a built binary."""
+    env = os.environ.get("TQGGUF_TEST_BIN_DIR")
+    bin_dir = Path(env) if env else request.getfixturevalue("cpu_build").bin_dir
+
+    def get(name: str) -> Path:
+        path = bin_dir / name
+        assert path.is_file(), f"{name} not built in {bin_dir}"
+        return path
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def text_file(tmp_path_factory) -> Path:
+    """WikiText-2 test text when ../shared/data has it, else a generated English-like text."""
+    if WIKITEXT.is_file():
+        return WIKITEXT
+    rng = random.Random(0)
+    words = ("the of and to in is was for on that with as by at from his her it an were are which this "
+             "be or had first one their its new after who they have two has been city during time year "
+             "river music film album game war team season church school state song series").split()
+    lines = []
+    for _ in range(4000):
+        lines.append(" ".join(rng.choice(words) for _ in range(rng.randint(8, 30))).capitalize() + " .")
+    path = tmp_path_factory.mktemp("text") / "generated.txt"
+    path.write_text("\n\n".join(lines) + "\n")
+    return path

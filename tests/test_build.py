@@ -1,0 +1,99 @@
+"""Build driver: CMake arguments per backend (golden), progress parsing on a real log, one real CPU build."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tqgguf.build import SMOKE, BuildSpec, cmake_args, run_build
+from tqgguf.errors import TqError
+from tqgguf.progress import error_lines, parse_line
+
+DATA = Path(__file__).parent / "data"
+
+COMMON = [
+    "-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=ON", "-DLLAMA_BUILD_TESTS=ON", "-DLLAMA_BUILD_TOOLS=ON",
+    "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF",
+    "-DLLAMA_OPENSSL=OFF", "-DGGML_NATIVE=ON",
+]
+
+
+@pytest.mark.parametrize("backends,kw,extra", [
+    (["cpu"], {}, []),
+    (["cuda"], {"cuda_arch": "90"}, ["-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=90"]),
+    (["cuda"], {}, ["-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=native"]),
+    (["hip"], {"hip_arch": "gfx1100"}, ["-DGGML_HIP=ON", "-DGPU_TARGETS=gfx1100"]),
+    (["vulkan"], {}, ["-DGGML_VULKAN=ON"]),
+    (["vulkan", "cuda", "cpu"], {"cuda_arch": "89"},
+     ["-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=89", "-DGGML_VULKAN=ON"]),
+])
+def test_cmake_args_golden(backends, kw, extra):
+    assert cmake_args(BuildSpec(backends=backends, **kw)) == COMMON + extra
+
+
+def test_spec_validation():
+    assert BuildSpec(backends=["vulkan", "cuda"]).backends == ["cpu", "cuda", "vulkan"]
+    assert "-DGGML_NATIVE=OFF" in cmake_args(BuildSpec(native=False))
+    assert cmake_args(BuildSpec(build_type="Debug"))[0] == "-DCMAKE_BUILD_TYPE=Debug"
+    with pytest.raises(TqError):
+        BuildSpec(backends=["opencl"])
+    with pytest.raises(TqError):
+        BuildSpec(build_type="Fast")
+    if sys.platform != "darwin":
+        with pytest.raises(TqError):
+            BuildSpec(backends=["metal"])
+
+
+def test_progress_parsing_on_recorded_log():
+    """A real Ninja log of the pinned tree (recorded on this project's CI-sized machine)."""
+    lines = (DATA / "ninja-build.log").read_text().splitlines()
+    steps = [s for s in map(parse_line, lines) if s]
+    assert len(steps) >= 100
+    assert steps[0].done == 1 and all(s.total == steps[0].total for s in steps)
+    assert [s.done for s in steps] == sorted(s.done for s in steps)
+    assert steps[-1].done == steps[-1].total
+    assert any(s.what == "llama-model.cpp" for s in steps)
+    assert parse_line("[ 45%] Building CXX object src/CMakeFiles/llama.dir/llama.cpp.o").done == 45
+    assert parse_line("-- Configuring done") is None
+
+
+def test_error_lines_pick_the_cause():
+    log = ("[1/3] Building C object a.o\nFAILED: a.o\n/x/a.c:3:5: error: unknown type name 'foo'\n"
+           "cc1: warning: something\nninja: build stopped: subcommand failed.\n")
+    got = error_lines(log)
+    assert got[0] == "FAILED: a.o" and "unknown type name" in got[1] and not any("warning" in g for g in got)
+
+
+@pytest.mark.build
+def test_real_cpu_build_and_noop_rebuild(cpu_build, pin, pinned):
+    m = cpu_build.manifest
+    assert m["source"]["sha256"] == pin.sha256 and m["source"]["commit"] == pin.upstream_commit
+    assert [p["name"] for p in m["patches"]] == pin.series
+    assert m["smoke"] and all(v == "ok" for v in m["smoke"].values()), m["smoke"]
+    assert set(SMOKE) <= set(m["binaries"])
+    for path in m["binaries"].values():
+        assert Path(path).is_file()
+    assert json.loads((cpu_build.bin_dir / "tqgguf-manifest.json").read_text())["cmake_args"] == m["cmake_args"]
+    # The series really is applied in the tree that was built.
+    from tqgguf.build import work_tree
+    vk = (work_tree(pinned) / "ggml/src/ggml-vulkan/ggml-vulkan.cpp").read_text()
+    assert "#ifdef VK_EXT_layer_settings" in vk
+    # Building again changes no file and runs no build step.
+    again = run_build(pinned, pin, BuildSpec(backends=["cpu"]))
+    assert again.changed_files == [] and again.steps == 0
+    assert again.build_dir == cpu_build.build_dir
+
+
+@pytest.mark.build
+def test_print_bin(cpu_build):
+    r = subprocess.run([sys.executable, "-m", "tqgguf", "build", "--print-bin", "llama-server"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert Path(r.stdout.strip()) == cpu_build.bin_dir / "llama-server"
+    r = subprocess.run([sys.executable, "-m", "tqgguf", "build", "--print-bin", "no-such-tool"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "not in the build" in r.stderr
