@@ -27,15 +27,16 @@ DEFAULT_TARGETS = [
     "llama-server", "llama-perplexity", "llama-bench", "llama-cli", "llama-quantize",
     "llama-batched-bench", "test-backend-ops",
 ]
-# A command per binary that is known to exit 0 at the pinned upstream (not every binary has --version).
+# A command per binary that is known to exit 0 at the pinned upstream (not every binary has --version:
+# test-backend-ops exits 1 on it, llama-quantize has none and exits 1 on --help). {source} is the source tree.
 SMOKE = {
     "llama-server": ["--version"],
     "llama-perplexity": ["--version"],
     "llama-bench": ["--help"],
     "llama-cli": ["--version"],
-    "llama-quantize": ["--help"],
+    "llama-quantize": ["--dry-run", "{source}/models/ggml-vocab-llama-bpe.gguf", "Q8_0"],
     "llama-batched-bench": ["--version"],
-    "test-backend-ops": ["-b", "CPU", "-o", "ADD", "mode", "test"],
+    "test-backend-ops": ["test", "-b", "CPU", "-o", "ADD"],
 }
 MANIFEST = "tqgguf-manifest.json"
 LOG = "tqgguf-build.log"
@@ -191,11 +192,11 @@ def _env(spec: BuildSpec) -> dict:
     return env
 
 
-def smoke(bin_dir: Path, names: list[str]) -> dict[str, str]:
+def smoke(bin_dir: Path, names: list[str], source_root: Path) -> dict[str, str]:
     """Run each binary's known-good command; name -> 'ok' or the failure."""
     out = {}
     for name in names:
-        args = SMOKE.get(name)
+        args = [a.format(source=source_root) for a in SMOKE.get(name, [])] or None
         exe = bin_dir / exe_name(name)
         if args is None:
             continue
@@ -238,7 +239,7 @@ def run_build(source: Source, pin: Pin, spec: BuildSpec, jobs: int | None = None
     if rc != 0:
         raise _fail("build", log_path)
     bin_dir = bdir / "bin"
-    smoke_results = smoke(bin_dir, spec.targets)
+    smoke_results = smoke(bin_dir, spec.targets, work)
     bad = {k: v for k, v in smoke_results.items() if v != "ok"}
     manifest = {
         "tqgguf": __version__,

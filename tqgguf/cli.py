@@ -218,6 +218,7 @@ def build(
     build_type: Annotated[str, typer.Option("--build-type", help="CMake build type.")] = "Release",
     native: Annotated[bool, typer.Option("--native/--no-native", help="Optimize for this CPU (GGML_NATIVE).")] = True,
     print_bin: Annotated[Optional[str], typer.Option("--print-bin", help="Print the path of a built binary and exit (no build).")] = None,
+    python: Annotated[bool, typer.Option("--python", help="Also install llama-cpp-python bound to this build (no second compile).")] = False,
     source: SourceOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -254,6 +255,11 @@ def build(
 
         res = run_build(src, pin, spec, jobs, on_progress, _log)
     m = res.manifest
+    if python:
+        from .bindings import install_bindings
+        from .build import work_tree
+
+        m["python_bindings"] = install_bindings(pin, work_tree(src), res.bin_dir, _log)
     if as_json:
         print(json.dumps(m, indent=1))
         return
@@ -261,6 +267,8 @@ def build(
     out.print(f"built {'+'.join(spec.backends)} in {m['duration_s']} s ({what}; {len(res.changed_files)} source file(s) changed)")
     out.print(f"binaries: {res.bin_dir}", highlight=False)
     out.print(f"manifest: {res.bin_dir / 'tqgguf-manifest.json'}", highlight=False)
+    if python:
+        out.print(f"python: llama-cpp-python {m['python_bindings']} installed in {sys.prefix}, using {res.bin_dir}", highlight=False)
 
 
 # ---- doctor ---------------------------------------------------------------------------------
@@ -277,6 +285,80 @@ def doctor(as_json: JsonOpt = False) -> None:
         print(json.dumps(report.to_dict(), indent=1))
     else:
         print(format_report(report))
+
+
+# ---- synth ----------------------------------------------------------------------------------
+
+
+@app.command()
+@_cli
+def synth(
+    out_path: Annotated[Path, typer.Option("-o", "--out", help="Output GGUF file.")],
+    preset: Annotated[Optional[str], typer.Option("--preset", help="A named shape (see --list-presets).")] = None,
+    layers: Annotated[Optional[int], typer.Option("--layers")] = None,
+    n_embd: Annotated[Optional[int], typer.Option("--n-embd")] = None,
+    n_head: Annotated[Optional[int], typer.Option("--n-head")] = None,
+    n_head_kv: Annotated[Optional[int], typer.Option("--n-head-kv")] = None,
+    head_dim: Annotated[Optional[int], typer.Option("--head-dim")] = None,
+    n_ff: Annotated[Optional[int], typer.Option("--n-ff")] = None,
+    sliding_window: Annotated[Optional[int], typer.Option("--sliding-window", help="Sliding-window size (gemma3 architecture).")] = None,
+    swa_pattern: Annotated[Optional[int], typer.Option("--swa-pattern", help="Every P-th layer is full attention.")] = None,
+    weights: Annotated[str, typer.Option("--weights", help="q4_0, q8_0 or f16.")] = "q8_0",
+    vocab: Annotated[str, typer.Option("--vocab", help="Tokenizer: models/ggml-vocab-NAME.gguf of the pinned tree.")] = "llama-bpe",
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    list_presets: Annotated[bool, typer.Option("--list-presets", help="List the presets and exit.")] = False,
+    source: SourceOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Write a random-weight GGUF with a real tokenizer, for shapes no small real model has.
+
+    Examples:
+
+        tqgguf synth -o /tmp/l3-8b.gguf --preset llama3-8b --weights q4_0
+
+        tqgguf synth -o /tmp/gqa8.gguf --layers 4 --n-embd 1024 --n-head 16 --n-head-kv 2 --head-dim 128
+
+        tqgguf synth -o /tmp/swa.gguf --preset tiny-swa
+    """
+    import dataclasses
+
+    from .source import resolve_source
+    from .synth import PRESETS, SynthShape, find_vocab
+    from .synth import synth as write_model
+
+    if list_presets:
+        for name, sh in PRESETS.items():
+            out.print(f"{name:<11} {sh}", highlight=False)
+        return
+    custom = {"n_layer": layers, "n_embd": n_embd, "n_head": n_head, "n_head_kv": n_head_kv, "head_dim": head_dim,
+              "n_ff": n_ff, "sliding_window": sliding_window, "swa_pattern": swa_pattern}
+    given = {k: v for k, v in custom.items() if v is not None}
+    if preset:
+        if preset not in PRESETS:
+            raise TqError(f"unknown preset {preset!r}", f"choose from {', '.join(PRESETS)}")
+        shape = dataclasses.replace(PRESETS[preset], **given)
+    else:
+        missing = [f"--{k.replace('_', '-').replace('n-layer', 'layers')}" for k in
+                   ("n_layer", "n_embd", "n_head", "n_head_kv", "head_dim") if k not in given]
+        if missing:
+            raise TqError(f"give --preset or all of the shape options (missing: {', '.join(missing)})")
+        shape = SynthShape(**given)
+    try:
+        src = resolve_source(_pin(), source, _log)
+        vocab_path = find_vocab(src.root, vocab)
+        with Progress(TextColumn("[bold]synth"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      TextColumn("{task.description}"), console=err, transient=True) as progress:
+            task = progress.add_task("", total=None)
+            info = write_model(out_path, shape, vocab_path, weights=weights, seed=seed,
+                               progress=lambda i, n, name: progress.update(task, completed=i, total=n, description=name))
+    except ValueError as e:
+        raise TqError(str(e)) from None
+    if as_json:
+        d = dataclasses.asdict(info)
+        print(json.dumps(d, indent=1, default=str))
+        return
+    out.print(f"wrote {info.path} ({info.arch}, {info.n_params / 1e6:.1f} M params, "
+              f"{info.file_size / 2**20:.1f} MiB, {info.weights} weights, vocab {info.vocab.name})", highlight=False)
 
 
 def run() -> None:  # pragma: no cover

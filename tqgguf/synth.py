@@ -73,7 +73,7 @@ __all__ = [
 
 LLAMA_MAX_LAYERS = 512          # llama-hparams.h
 QK = 32                         # block size of q4_0 / q8_0
-CHUNK_ELEMS = 1 << 22           # elements generated per chunk (16 MiB of f32)
+CHUNK_ELEMS = 1 << 20           # elements generated per chunk (4 MiB of f32)
 RMS_EPS = 1e-5
 GEMMA3_RMS_EPS = 1e-6
 GEMMA3_ROPE_BASE_SWA = 10000.0

@@ -1,0 +1,294 @@
+"""tqgguf.synth: random-weight GGUF writer.
+
+Writes tiny models of the KV-cache shapes we care about, re-reads them with gguf.GGUFReader and
+loads them with llama.cpp (llama-perplexity) to check the logits are finite.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+import re
+import subprocess
+import tracemalloc
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType
+
+from tqgguf import synth as S
+
+PPL_RE = re.compile(r"Final estimate: PPL = (\S+)")
+
+
+@pytest.fixture(scope="module")
+def small_text(tmp_path_factory) -> Path:
+    """~1200 words: well over the 2*128 tokens llama-perplexity needs for -c 128."""
+    rng = random.Random(0)
+    words = ("the of and to in is was for on that with as by at from his her it an were are which this "
+             "be or had first one their its new after who they have two has been city during time year").split()
+    lines = [" ".join(rng.choice(words) for _ in range(20)).capitalize() + " ." for _ in range(60)]
+    path = tmp_path_factory.mktemp("synth_text") / "text.txt"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _perplexity(llama_bin, model: Path, text: Path) -> float:
+    cmd = [str(llama_bin("llama-perplexity")), "-m", str(model), "-f", str(text),
+           "-c", "128", "--chunks", "1", "-t", "2"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, f"llama-perplexity failed ({p.returncode}):\n{out[-3000:]}"
+    m = PPL_RE.search(out)
+    assert m, f"no final PPL in llama-perplexity output:\n{out[-3000:]}"
+    return float(m.group(1))
+
+
+def _field(r: GGUFReader, key: str):
+    f = r.fields.get(key)
+    assert f is not None, f"missing key {key}"
+    return f.contents()
+
+
+CASES = [
+    # preset, vocab, weights
+    ("tiny-hd128", "llama-bpe", "q8_0"),
+    ("tiny-gqa8", "llama-spm", "f16"),     # head_dim 256, GQA 8:1
+    ("tiny-swa", "llama-spm", "q8_0"),     # gemma3, sliding-window layers
+    ("tiny-hd64", "llama-spm", "q4_0"),
+]
+
+
+@pytest.mark.parametrize("preset,vocab,weights", CASES, ids=[c[0] for c in CASES])
+def test_synth_roundtrip_and_load(preset, vocab, weights, tmp_path, llama_source, llama_bin, small_text):
+    shape = S.PRESETS[preset]
+    vocab_path = S.find_vocab(llama_source, vocab)
+    out = tmp_path / f"{preset}.gguf"
+    info = S.synth(out, shape, vocab_path, weights=weights, seed=1)
+
+    assert info.path == out and out.is_file()
+    assert not (tmp_path / f"{preset}.gguf.part").exists()
+    assert info.file_size == out.stat().st_size
+    assert info.vocab == vocab_path
+    arch = "gemma3" if shape.sliding_window else "llama"
+    assert info.arch == arch
+
+    r = GGUFReader(out)
+    a = arch
+    assert _field(r, "general.architecture") == arch
+    assert _field(r, f"{a}.block_count") == shape.n_layer
+    assert _field(r, f"{a}.embedding_length") == shape.n_embd
+    assert _field(r, f"{a}.feed_forward_length") == shape.ff
+    assert _field(r, f"{a}.attention.head_count") == shape.n_head
+    assert _field(r, f"{a}.attention.head_count_kv") == shape.n_head_kv
+    assert _field(r, f"{a}.attention.key_length") == shape.head_dim
+    assert _field(r, f"{a}.attention.value_length") == shape.head_dim
+    assert _field(r, f"{a}.rope.dimension_count") == shape.head_dim
+    assert _field(r, f"{a}.context_length") == shape.n_ctx_train
+    assert _field(r, f"{a}.rope.freq_base") == pytest.approx(shape.rope_theta)
+
+    # tokenizer: every tokenizer.* field of the vocab file, same types and values
+    src = S.read_tokenizer_kv(vocab_path)
+    out_tok = {k: f for k, f in r.fields.items() if k.startswith("tokenizer.")}
+    assert set(out_tok) == set(src)
+    for k, (vt, val, sub) in src.items():
+        f = out_tok[k]
+        assert f.types[0] == vt, k
+        if vt == GGUFValueType.ARRAY:
+            assert f.types[-1] == sub, k
+            got = f.contents()
+            want = [v.decode() for v in val] if sub == GGUFValueType.STRING else val
+            assert len(got) == len(want), k
+            assert got == want, k
+        else:
+            want = val.decode() if vt == GGUFValueType.STRING else val
+            assert f.contents() == want, k
+    n_vocab = len(src["tokenizer.ggml.tokens"][1])
+    assert info.n_vocab == n_vocab
+    assert _field(r, f"{a}.vocab_size") == n_vocab
+
+    if shape.sliding_window:
+        assert _field(r, f"{a}.attention.sliding_window") == shape.sliding_window
+        pat = _field(r, f"{a}.attention.sliding_window_pattern")
+        p = shape.swa_pattern
+        assert pat == [il % p != p - 1 for il in range(shape.n_layer)]
+        assert pat.count(False) == shape.n_layer // p  # full-attention layers
+
+    # tensors: names, ggml shapes (ne0 first) and types
+    qt = {"q8_0": GGMLQuantizationType.Q8_0, "q4_0": GGMLQuantizationType.Q4_0,
+          "f16": GGMLQuantizationType.F16}[weights]
+    tensors = {t.name: t for t in r.tensors}
+    hd, E, ff = shape.head_dim, shape.n_embd, shape.ff
+    expect = {
+        "token_embd.weight": [E, n_vocab],
+        "output.weight": [E, n_vocab],
+        "output_norm.weight": [E],
+    }
+    for i in range(shape.n_layer):
+        expect.update({
+            f"blk.{i}.attn_norm.weight": [E],
+            f"blk.{i}.attn_q.weight": [E, shape.n_head * hd],
+            f"blk.{i}.attn_k.weight": [E, shape.n_head_kv * hd],
+            f"blk.{i}.attn_v.weight": [E, shape.n_head_kv * hd],
+            f"blk.{i}.attn_output.weight": [shape.n_head * hd, E],
+            f"blk.{i}.ffn_norm.weight": [E],
+            f"blk.{i}.ffn_gate.weight": [E, ff],
+            f"blk.{i}.ffn_up.weight": [E, ff],
+            f"blk.{i}.ffn_down.weight": [ff, E],
+        })
+        if arch == "gemma3":
+            expect.update({
+                f"blk.{i}.attn_q_norm.weight": [hd],
+                f"blk.{i}.attn_k_norm.weight": [hd],
+                f"blk.{i}.post_attention_norm.weight": [E],
+                f"blk.{i}.post_ffw_norm.weight": [E],
+            })
+    assert set(tensors) == set(expect)
+    for name, ne in expect.items():
+        t = tensors[name]
+        assert t.shape.tolist() == ne, name
+        assert t.tensor_type == (GGMLQuantizationType.F32 if len(ne) == 1 else qt), name
+    assert info.n_tensors == len(expect)
+    assert info.n_params == sum(math.prod(ne) for ne in expect.values())
+
+    # weights: norms are ones, matrices have std ~ 1/sqrt(fan_in)
+    assert np.all(tensors["output_norm.weight"].data == 1.0)
+    from gguf.quants import dequantize
+    wq = dequantize(np.asarray(tensors["blk.0.attn_q.weight"].data), qt).astype(np.float32)
+    assert np.std(wq) == pytest.approx(1 / math.sqrt(E), rel=0.1)
+
+    ppl = _perplexity(llama_bin, out, small_text)
+    assert math.isfinite(ppl) and ppl > 1.0, ppl
+
+
+def test_sliding_window_changes_logits(tmp_path, llama_source, llama_bin, small_text):
+    """Same weights (per-tensor seeds), window 32 vs a window larger than the context: PPL differs."""
+    vocab = S.find_vocab(llama_source, "llama-spm")
+    base = S.PRESETS["tiny-swa"]
+    ppl = []
+    for win in (32, 4096):
+        out = tmp_path / f"swa{win}.gguf"
+        S.synth(out, replace(base, sliding_window=win), vocab, seed=3)
+        ppl.append(_perplexity(llama_bin, out, small_text))
+    assert all(math.isfinite(p) for p in ppl)
+    assert ppl[0] != ppl[1]
+
+
+def test_streaming_progress_and_memory(tmp_path, llama_source):
+    """progress is called once per tensor, in file order, and peak Python/numpy memory is a few
+    chunks, not proportional to the file (~130 MB here)."""
+    vocab = S.find_vocab(llama_source, "llama-spm")
+    shape = S.SynthShape(n_layer=8, n_embd=512, n_head=4, n_head_kv=4, head_dim=128, n_ff=2048)
+    calls = []
+    out = tmp_path / "mid.gguf"
+    tracemalloc.start()
+    try:
+        info = S.synth(out, shape, vocab, weights="f16", progress=lambda i, n, name: calls.append((i, n, name)))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+
+    assert info.file_size > 120e6
+    assert peak < 32e6, f"peak traced memory {peak / 1e6:.1f} MB"
+    assert peak < info.file_size / 4
+
+    names = [t.name for t in S.plan_tensors(shape, info.n_vocab, "f16")]
+    assert len(calls) == len(names) == info.n_tensors
+    assert [c[0] for c in calls] == list(range(1, len(names) + 1))
+    assert {c[1] for c in calls} == {len(names)}
+    assert [c[2] for c in calls] == names
+
+
+def test_deterministic(tmp_path, llama_source):
+    vocab = S.find_vocab(llama_source, "llama-spm")
+    shape = replace(S.PRESETS["tiny-hd64"], n_layer=1)
+
+    def digest(name: str, seed: int) -> str:
+        out = tmp_path / name
+        S.synth(out, shape, vocab, seed=seed)
+        return hashlib.sha256(out.read_bytes()).hexdigest()
+
+    a, b, c = digest("a.gguf", 7), digest("b.gguf", 7), digest("c.gguf", 8)
+    assert a == b
+    assert a != c
+
+
+def test_read_tokenizer_kv_matches_gguf_reader(llama_source):
+    vocab = S.find_vocab(llama_source, "llama-spm")
+    fast = S.read_tokenizer_kv(vocab)
+    ref = {k: f for k, f in GGUFReader(vocab).fields.items() if k.startswith("tokenizer.")}
+    assert set(fast) == set(ref) and "tokenizer.ggml.scores" in fast
+    for k, (vt, val, sub) in fast.items():
+        f = ref[k]
+        assert f.types[0] == vt and (sub is None or f.types[-1] == sub), k
+        if sub == GGUFValueType.STRING:
+            assert [v.decode() for v in val] == f.contents(), k
+        elif vt == GGUFValueType.STRING:
+            assert val.decode() == f.contents(), k
+        else:
+            assert val == f.contents(), k
+
+
+def test_presets():
+    s = S.PRESETS["llama3-8b"]
+    assert (s.n_layer, s.n_embd, s.n_head, s.n_head_kv, s.head_dim, s.ff) == (32, 4096, 32, 8, 128, 14336)
+    for name in ("tiny-hd64", "tiny-hd128", "tiny-hd256", "tiny-gqa8", "tiny-swa"):
+        S.validate(S.PRESETS[name])
+    assert S.PRESETS["tiny-hd256"].head_dim == 256
+    g = S.PRESETS["tiny-gqa8"]
+    assert g.n_head // g.n_head_kv == 8
+    assert S.PRESETS["tiny-swa"].arch == "gemma3"
+    assert S.PRESETS["llama3-8b"].arch == "llama"
+    # default n_ff: 8/3 * n_embd rounded up to a multiple of 256
+    assert S.SynthShape(n_layer=1, n_embd=4096, n_head=32, n_head_kv=8, head_dim=128).ff == 11008
+    # default pattern is gemma-3's 6, capped at n_layer
+    assert S.swa_layers(S.SynthShape(2, 256, 4, 2, 64, sliding_window=16)) == [True, False]
+    assert S.swa_layers(S.SynthShape(12, 256, 4, 2, 64, sliding_window=16)) == [il % 6 != 5 for il in range(12)]
+
+
+BAD = [
+    (dict(n_head=6, n_head_kv=4), "multiple of n_head_kv"),
+    (dict(n_head_kv=8, n_head=4), "n_head_kv"),
+    (dict(head_dim=63), "head_dim"),
+    (dict(head_dim=0), "head_dim"),
+    (dict(n_layer=0), "n_layer"),
+    (dict(n_layer=513), "n_layer"),
+    (dict(n_embd=100), "n_embd"),
+    (dict(n_ff=1000), "n_ff"),
+    (dict(swa_pattern=4), "swa_pattern requires sliding_window"),
+    (dict(sliding_window=64, swa_pattern=1), "swa_pattern"),
+    (dict(sliding_window=64, swa_pattern=9), "swa_pattern"),
+    (dict(sliding_window=0), "sliding_window"),
+    (dict(rope_theta=0.0), "rope_theta"),
+]
+
+
+@pytest.mark.parametrize("change,msg", BAD, ids=[m for _, m in BAD])
+def test_bad_shapes_raise(change, msg, tmp_path, llama_source):
+    shape = replace(S.SynthShape(n_layer=4, n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=768), **change)
+    out = tmp_path / "bad.gguf"
+    with pytest.raises(ValueError, match=re.escape(msg)) as e:
+        S.synth(out, shape, S.find_vocab(llama_source, "llama-spm"))
+    assert "\n" not in str(e.value)
+    assert not out.exists() and not (tmp_path / "bad.gguf.part").exists()
+
+
+def test_bad_args_raise(tmp_path, llama_source):
+    shape = S.PRESETS["tiny-hd64"]
+    vocab = S.find_vocab(llama_source, "llama-spm")
+    with pytest.raises(ValueError, match="weights must be one of"):
+        S.synth(tmp_path / "x.gguf", shape, vocab, weights="q5_k")
+    with pytest.raises(ValueError, match="seed"):
+        S.synth(tmp_path / "x.gguf", shape, vocab, seed=-1)
+    with pytest.raises(ValueError, match="vocab file not found"):
+        S.synth(tmp_path / "x.gguf", shape, tmp_path / "nope.gguf")
+    # f16 has no block-size constraint on n_embd
+    S.validate(replace(shape, n_embd=100, n_ff=300), "f16")
+    with pytest.raises(ValueError) as e:
+        S.find_vocab(llama_source, "no-such-vocab")
+    msg = str(e.value)
+    assert "\n" not in msg and "llama-bpe" in msg and "llama-spm" in msg
+    assert not (tmp_path / "x.gguf").exists()
