@@ -75,3 +75,14 @@ def text_file(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("text") / "generated.txt"
     path.write_text("\n\n".join(lines) + "\n")
     return path
+
+
+@pytest.fixture(scope="session")
+def bindings(cpu_build, pin, pinned, tmp_path_factory) -> Path:
+    """llama-cpp-python installed (`--target`) into a temporary folder, bound to the shared CPU build."""
+    from tqgguf.bindings import install_bindings
+    from tqgguf.build import work_tree
+
+    target = tmp_path_factory.mktemp("site")
+    install_bindings(pin, work_tree(pinned), cpu_build.bin_dir, target=target)
+    return target

@@ -9,7 +9,7 @@ import tarfile
 
 import pytest
 
-from tqgguf.bindings import ggml_types, install_bindings, patch_llama_cpp_py
+from tqgguf.bindings import ggml_types, patch_llama_cpp_py
 from tqgguf.errors import TqError
 
 
@@ -40,21 +40,22 @@ def test_ggml_types_of_the_pinned_header(pinned):
 
 
 @pytest.mark.build
-def test_bindings_load_smollm2_on_our_build(cpu_build, pin, pinned, tmp_path):
-    """Install the bindings into a folder, import them in a fresh Python, load SmolLM2 and generate."""
+def test_bindings_load_smollm2_on_our_build(bindings, cpu_build, pinned):
+    """Install the bindings into a folder, import them in a fresh Python, load SmolLM2 with a turbo4 K and
+    turbo3 V cache and generate."""
     from tqgguf.build import work_tree
     from tqgguf.models import smollm2_path
 
-    target = tmp_path / "site"
-    install_bindings(pin, work_tree(pinned), cpu_build.bin_dir, target=target)
+    target = bindings
     types = ggml_types(work_tree(pinned) / "ggml" / "include" / "ggml.h")
+    assert types["GGML_TYPE_TURBO3_0"] == 44 and types["GGML_TYPE_TURBO4_0"] == 45
     code = f"""
 import llama_cpp, os
 assert os.path.dirname(llama_cpp.llama_cpp._lib._name) == {str(cpu_build.bin_dir)!r}, llama_cpp.llama_cpp._lib._name
 for name, value in {types!r}.items():
     assert getattr(llama_cpp, name) == value, name
 llm = llama_cpp.Llama({str(smollm2_path())!r}, n_ctx=256, n_threads=2, verbose=False, seed=1,
-                      type_k=llama_cpp.GGML_TYPE_Q8_0, type_v=llama_cpp.GGML_TYPE_Q8_0, flash_attn=True)
+                      type_k=llama_cpp.GGML_TYPE_TURBO4_0, type_v=llama_cpp.GGML_TYPE_TURBO3_0, flash_attn=True)
 out = llm("The capital of France is", max_tokens=8, temperature=0)
 text = out["choices"][0]["text"]
 assert out["usage"]["completion_tokens"] > 0 and text.strip(), out

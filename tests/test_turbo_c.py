@@ -25,6 +25,9 @@ if str(ROOT) not in sys.path:
 
 from tqgguf import turbo as T  # noqa: E402
 
+# the reference divides 1/norm for subnormal inputs on purpose (1/norm overflows to inf, as in C)
+pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+
 TTYPES = ("turbo2", "turbo3", "turbo4")
 BITS = {"turbo2": 2, "turbo3": 3, "turbo4": 4}
 CODEBOOKS = ROOT / "tqgguf" / "data" / "codebooks.json"
@@ -85,9 +88,19 @@ class Ggml:
         return bool(self.lib.ggml_validate_row_data(T.TYPES[ttype].ggml_type, raw.ctypes.data, raw.nbytes))
 
 
+def _bin_dir(llama_bin) -> Path:
+    """The build's binary folder (the shared ggml libraries live next to the binaries)."""
+    for name in ("test-turbo-fattn", "llama-cli", "test-backend-ops"):
+        try:
+            return llama_bin(name).parent
+        except AssertionError:
+            continue
+    pytest.fail("no test-turbo-fattn / llama-cli / test-backend-ops in the build")
+
+
 @pytest.fixture(scope="module")
 def ggml(llama_bin) -> Ggml:
-    bin_dir = llama_bin("test-turbo-fattn").parent
+    bin_dir = _bin_dir(llama_bin)
     path = bin_dir / "libggml-base.so"
     assert path.is_file(), f"libggml-base.so not in {bin_dir} (needs BUILD_SHARED_LIBS=ON)"
     return Ggml(path)
@@ -224,6 +237,64 @@ def test_edge_rows_stay_finite(ggml, ttype):
     raw_big = ggml.quantize(big, ttype)
     assert np.isinf(ggml.dequantize(raw_big, ttype)).any()
     assert not ggml.validate(raw_big, ttype)
+
+
+# ------------------------------------------------------------------------------------------------ CPU vec_dot
+
+
+VEC_DOT = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.POINTER(ctypes.c_float), ctypes.c_size_t, ctypes.c_void_p,
+                           ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+
+
+class TypeTraitsCpu(ctypes.Structure):
+    _fields_ = [
+        ("from_float", ctypes.c_void_p),
+        ("vec_dot", VEC_DOT),
+        ("vec_dot_type", ctypes.c_int),
+        ("nrows", ctypes.c_int64),
+    ]
+
+
+@pytest.fixture(scope="module")
+def ggml_cpu(ggml):
+    path = Path(ggml.lib._name).parent / "libggml-cpu.so"
+    assert path.is_file(), f"{path} missing"
+    lib = ctypes.CDLL(str(path))
+    lib.ggml_get_type_traits_cpu.restype = ctypes.POINTER(TypeTraitsCpu)
+    lib.ggml_get_type_traits_cpu.argtypes = [ctypes.c_int]
+    lib.ggml_cpu_init.restype = None
+    lib.ggml_cpu_init()
+    return lib
+
+
+def _dot(fn, raw: np.ndarray, y: np.ndarray) -> float:
+    out = ctypes.c_float(np.nan)
+    fn(y.size, ctypes.byref(out), 0, raw.ctypes.data, 0, y.ctypes.data, 0, 1)
+    return out.value
+
+
+@pytest.mark.parametrize("ttype", TTYPES)
+def test_cpu_vec_dot(ggml, ggml_cpu, ttype):
+    """The CPU backend's turbo x f32 dot (SIMD and, where exported, the generic one) against float64 numpy."""
+    t = T.TYPES[ttype]
+    tr = ggml_cpu.ggml_get_type_traits_cpu(t.ggml_type).contents
+    assert tr.vec_dot_type == 0  # GGML_TYPE_F32: Q stays in f32
+    assert tr.nrows == 1 and tr.from_float
+    fns = {"vec_dot": tr.vec_dot}
+    generic = getattr(ggml_cpu, f"ggml_vec_dot_{ttype}_0_f32_generic", None)  # internal symbol, if visible
+    if generic is not None:
+        fns["generic"] = VEC_DOT(ctypes.cast(generic, ctypes.c_void_p).value)
+    rng = np.random.default_rng(11 + BITS[ttype])
+    for n in (64, 128, 256, 64 * 7):
+        for _ in range(20):
+            x = rng.standard_normal((1, n)).astype(np.float32) * np.float32(rng.uniform(0.1, 10))
+            raw = np.ascontiguousarray(T.quantize(x, ttype)[0])
+            y = rng.standard_normal(n).astype(np.float32)
+            ref = float(np.dot(T.dequantize(raw, ttype).astype(np.float64), y.astype(np.float64)))
+            scale = float(np.sum(np.abs(T.dequantize(raw, ttype).astype(np.float64) * y)))
+            for name, fn in fns.items():
+                got = _dot(fn, raw, y)
+                assert abs(got - ref) <= 1e-5 * scale + 1e-30, (ttype, name, n, got, ref)
 
 
 # ------------------------------------------------------------------------------------------------ CPU flash attention

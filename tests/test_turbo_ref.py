@@ -423,3 +423,31 @@ def test_rotation_gaussianizes_outliers():
     y = T.unrotate(T.dequantize(T.quantize(r, "turbo4"), "turbo4"), 128)
     design = T._codebook_json()["codebooks"]["4"]["rel_mse"]
     assert _rel_mse(x, y) < 1.5 * design
+
+
+@pytest.mark.parametrize("g", [64, 128, 256])
+def test_graph_rotation_is_an_involution_and_preserves_dots(g):
+    """D H D (the graph's rotation) undoes itself on every path that reuses it, and keeps Q.K."""
+    from tqgguf.turbo import rotate_graph
+
+    rng = np.random.default_rng(g)
+    q = rng.standard_normal((8, 2 * g))
+    k = rng.standard_normal((8, 2 * g))
+    rq, rk = rotate_graph(q, g), rotate_graph(k, g)
+    np.testing.assert_allclose(rotate_graph(rq, g), q, atol=1e-10)
+    np.testing.assert_allclose((rq * rk).sum(-1), (q * k).sum(-1), rtol=1e-10, atol=1e-9)
+    assert np.allclose(np.abs(rq), np.abs(T.rotate(q, g)))
+
+
+def test_patch_uses_the_reference_sign_hash():
+    """The C sign function in the patch series is the reference's hash (same constants, same steps)."""
+    import re
+    from pathlib import Path
+
+    patches = Path(__file__).resolve().parent.parent / "patches"
+    text = "\n".join(p.read_text() for p in sorted(patches.glob("*.patch")))
+    m = re.search(r"llama_rot_sign\(uint32_t i\) \{\n(.*?)\n\+\}", text, re.S)
+    assert m, "llama_rot_sign not found in the series"
+    body = m.group(1)
+    for const in ("0x9E3779B1u", "0x7F4A7C15u", "0x85EBCA6Bu", "h >> 16", "h >> 13", "(h & 1) ? -1.0f : 1.0f"):
+        assert const in body, const

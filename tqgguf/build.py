@@ -25,7 +25,7 @@ from .source import Source
 BACKENDS = ("cpu", "cuda", "hip", "vulkan", "metal")
 DEFAULT_TARGETS = [
     "llama-server", "llama-perplexity", "llama-bench", "llama-cli", "llama-quantize",
-    "llama-batched-bench", "test-backend-ops",
+    "llama-batched-bench", "test-backend-ops", "test-turbo-fattn",
 ]
 # A command per binary that is known to exit 0 at the pinned upstream (not every binary has --version:
 # test-backend-ops exits 1 on it, llama-quantize has none and exits 1 on --help). {source} is the source tree.

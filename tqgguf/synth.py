@@ -68,7 +68,7 @@ from gguf.quants import quant_shape_to_byte_shape, quantize
 
 __all__ = [
     "SynthShape", "SynthInfo", "PRESETS", "WEIGHT_TYPES",
-    "synth", "find_vocab", "read_tokenizer_kv", "plan_tensors", "swa_layers",
+    "synth", "find_vocab", "validate", "read_tokenizer_kv", "plan_tensors", "swa_layers",
 ]
 
 LLAMA_MAX_LAYERS = 512          # llama-hparams.h
@@ -160,9 +160,7 @@ class _Tensor:
 
     @property
     def nbytes(self) -> int:
-        return math.prod(quant_shape_to_byte_shape(self.shape, self.qtype)) \
-            if self.qtype not in (GGMLQuantizationType.F32, GGMLQuantizationType.F16) \
-            else self.n_elements * (4 if self.qtype == GGMLQuantizationType.F32 else 2)
+        return math.prod(quant_shape_to_byte_shape(self.shape, self.qtype))
 
 
 # ---------------------------------------------------------------------------
@@ -358,9 +356,10 @@ def synth(out: Path, shape: SynthShape, vocab_gguf: Path, weights: str = "q8_0",
     n_vocab = len(tok["tokenizer.ggml.tokens"][1])
 
     arch = shape.arch
-    qtype, ftype = WEIGHT_TYPES[weights]
+    ftype = WEIGHT_TYPES[weights][1]
     tensors = plan_tensors(shape, n_vocab, weights)
     out = Path(out)
+    _check(out.parent.is_dir(), f"output directory does not exist: {out.parent}")
     part = out.with_name(out.name + ".part")
 
     w = GGUFWriter(None, arch)
@@ -381,9 +380,9 @@ def synth(out: Path, shape: SynthShape, vocab_gguf: Path, weights: str = "q8_0",
     if arch == "gemma3":
         w.add_layer_norm_rms_eps(GEMMA3_RMS_EPS)
         w.add_sliding_window(shape.sliding_window)
-        w.add_key_value(gguf.Keys.Attention.SLIDING_WINDOW_PATTERN.format(arch=arch),
+        w.add_key_value(f"{arch}.attention.sliding_window_pattern",
                         swa_layers(shape), GGUFValueType.ARRAY, GGUFValueType.BOOL)
-        w.add_float32(gguf.Keys.Rope.FREQ_BASE_SWA.format(arch=arch), GEMMA3_ROPE_BASE_SWA)
+        w.add_float32(f"{arch}.rope.freq_base_swa", GEMMA3_ROPE_BASE_SWA)
     else:
         w.add_layer_norm_rms_eps(RMS_EPS)
     w.add_file_type(int(ftype))

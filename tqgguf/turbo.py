@@ -368,3 +368,15 @@ def unrotate(x: np.ndarray, g: int) -> np.ndarray:
     s = rotation_signs(g).astype(np.float64)
     y = _fwht(xf, g)
     return (y.reshape(-1, g) * s).reshape(xf.shape).astype(dt)
+
+
+def rotate_graph(x: np.ndarray, g: int) -> np.ndarray:
+    """The rotation llama.cpp's graph applies with the patch series: D H D x on groups of g.
+
+    D H D is orthogonal, symmetric and its own inverse (like H alone), so upstream's call sites that
+    reuse one call for rotating and un-rotating (V output, K-shift, MLA output) stay correct; the outer D
+    only flips coordinate signs after ``rotate``, which leaves the coordinate distribution unchanged.
+    """
+    y = rotate(x, g)
+    s = rotation_signs(g).astype(y.dtype)
+    return (y.reshape(-1, g) * s).reshape(y.shape)

@@ -1,0 +1,43 @@
+"""Parsing llama-perplexity output (a recorded real KL-divergence run of SmolLM2 at the pinned upstream)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tqgguf.errors import TqError
+from tqgguf.perplexity import CacheConfig, parse_output
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_parse_recorded_kld_run():
+    r = parse_output("q8_0/q4_0", (DATA / "perplexity-kld.log").read_text())
+    assert r.ppl == pytest.approx(23.599301) and r.ppl_err == pytest.approx(2.356971)
+    assert r.kld == pytest.approx(0.010266) and r.kld_err == pytest.approx(0.000504)
+    assert r.kld_p99 == pytest.approx(0.077371)
+    assert r.same_top == pytest.approx(93.824) and r.same_top_err == pytest.approx(0.754)
+    assert r.ppl_ratio == pytest.approx(1.012537)
+
+
+def test_parse_ppl_run_and_kv_sizes():
+    log = ("llama_kv_cache: size =   45.00 MiB (  2048 cells,  30 layers,  4/4 seqs), K (f16):   22.50 MiB, V (f16):   22.50 MiB\n"
+           "llama_kv_cache: size =    5.00 MiB (   256 cells,  30 layers,  4/4 seqs), K (turbo3):    2.50 MiB, V (turbo3):    2.50 MiB\n"
+           "[1]18.5,[2]20.1\nFinal estimate: PPL = 23.3799 +/- 2.33485\n")
+    r = parse_output("f16", log)
+    assert (r.ppl, r.ppl_err) == (23.3799, 2.33485)
+    assert (r.kv_mib, r.kv_k_mib, r.kv_v_mib) == (50.0, 25.0, 25.0)
+    assert r.kld is None
+
+
+def test_parse_failure_is_a_tqerror():
+    with pytest.raises(TqError):
+        parse_output("x", "llama_model_load: error loading model\n")
+
+
+def test_cache_config():
+    assert CacheConfig.parse("q8_0/turbo4").args() == ["-ctk", "q8_0", "-ctv", "turbo4"]
+    assert CacheConfig.parse("turbo3").label == "turbo3" and CacheConfig.parse("turbo3").v == "turbo3"
+    with pytest.raises(TqError):
+        CacheConfig.parse("/q8_0")
