@@ -53,7 +53,7 @@ def main() -> int:
                 t0 = time.monotonic()
                 r = run_perplexity(ppl, model, text, CacheConfig.parse(cfg), ctx=args.ctx, chunks=args.chunks,
                                    threads=args.threads, kld_base=None if cfg == "f16" else base,
-                                   save_base=base if cfg == "f16" else None, extra=["-lv", "3"])
+                                   save_base=base if cfg == "f16" else None)
                 kld = f"{r.kld:.5f}" if r.kld is not None else "-"
                 top = f"{r.same_top:.1f}%" if r.same_top is not None else "-"
                 kv = f"{r.kv_mib:.1f}" if r.kv_mib is not None else "?"

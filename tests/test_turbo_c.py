@@ -26,7 +26,7 @@ if str(ROOT) not in sys.path:
 from tqgguf import turbo as T  # noqa: E402
 
 # the reference divides 1/norm for subnormal inputs on purpose (1/norm overflows to inf, as in C)
-pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+pytestmark = [pytest.mark.build, pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")]
 
 TTYPES = ("turbo2", "turbo3", "turbo4")
 BITS = {"turbo2": 2, "turbo3": 3, "turbo4": 4}

@@ -38,10 +38,10 @@ def smol_results(llama_bin, text_file, tmp_path_factory):
     model = smollm2_path()
     base = tmp_path_factory.mktemp("kld") / "smollm2-f16.kld"
     res = {"f16": run_perplexity(ppl, model, text_file, CacheConfig.parse("f16"), ctx=512, chunks=CHUNKS,
-                                 threads=2, save_base=base, extra=["-lv", "3"])}
+                                 threads=2, save_base=base)}
     for cfg in SMOL_CONFIGS:
         res[cfg] = run_perplexity(ppl, model, text_file, CacheConfig.parse(cfg), ctx=512, chunks=CHUNKS,
-                                  threads=2, kld_base=base, extra=["-lv", "3"])
+                                  threads=2, kld_base=base)
     print("\n" + _table(res))
     out = os.environ.get("TQGGUF_RESULTS_DIR")
     if out:
@@ -147,7 +147,7 @@ def test_head_dims_not_multiple_of_64_fall_back(head_dim, fallback, llama_bin, l
     synth(model, SynthShape(n_layer=2, n_embd=256, n_head=4, n_head_kv=2, head_dim=head_dim, n_ff=512,
                             n_ctx_train=4096), find_vocab(llama_source), weights="q8_0")
     r = run_perplexity(llama_bin("llama-perplexity"), model, text_file, CacheConfig.parse("turbo3"), ctx=128,
-                       chunks=1, threads=2, extra=["-lv", "3"])
+                       chunks=1, threads=2)
     assert math.isfinite(r.ppl)
     warnings = [ln for ln in r.log.splitlines() if "needs one head dim that is a multiple of 64" in ln]
     assert len(warnings) == 2 and all(f"using {fallback} instead" in w for w in warnings), warnings

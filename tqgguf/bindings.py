@@ -66,8 +66,8 @@ def install_bindings(pin: Pin, work_tree: Path, bin_dir: Path, log=lambda s: Non
             members = [m for m in tar.getmembers() if not m.name.startswith(f"{top}/vendor/")]
             tar.extractall(tmp, members=members, filter="data")
         pkg = Path(tmp) / top
-        target = pkg / "llama_cpp" / "llama_cpp.py"
-        target.write_text(patch_llama_cpp_py(target.read_text(), bin_dir, types))
+        module = pkg / "llama_cpp" / "llama_cpp.py"
+        module.write_text(patch_llama_cpp_py(module.read_text(), bin_dir, types))
         env = dict(os.environ, CMAKE_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF")
         log(f"installing {pin.pip_spec} (Python only) bound to {bin_dir} ...")
         r = subprocess.run([sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "-q",

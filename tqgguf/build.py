@@ -147,11 +147,11 @@ class BuildResult:
     bin_dir: Path
     manifest: dict
     changed_files: list[str]
-    steps: int  # build steps the tool ran (0: nothing to do)
+    steps: int  # compile and link steps the build ran (0: nothing was rebuilt)
 
 
 def _run_logged(cmd: list[str], cwd: Path, log_path: Path, on_progress: Progress | None, env=None) -> tuple[int, int]:
-    """Run a command, appending its output to the log; returns (exit code, progress steps seen)."""
+    """Run a command, appending its output to the log; returns (exit code, compile/link steps run)."""
     steps = 0
     with open(log_path, "a") as log:
         log.write(f"\n$ {' '.join(cmd)}\n")
@@ -167,7 +167,8 @@ def _run_logged(cmd: list[str], cwd: Path, log_path: Path, on_progress: Progress
                 log.write(line)
                 step = parse_line(line)
                 if step:
-                    steps += 1
+                    # Compile and link steps only: upstream's UI-assets target runs on every build but builds nothing.
+                    steps += int(" Building " in line or " Linking " in line)
                     if on_progress:
                         on_progress(step.done, step.total, step.what)
         except KeyboardInterrupt:

@@ -95,7 +95,8 @@ def run_perplexity(binary: Path, model: Path, text: Path, config: CacheConfig, c
                    chunks: int | None = None, threads: int | None = None, kld_base: Path | None = None,
                    save_base: Path | None = None, extra: list[str] | None = None, timeout: float | None = None) -> PplResult:
     """One llama-perplexity run. `save_base` writes the logits (f16 base run); `kld_base` compares with them."""
-    cmd = [str(binary), "-m", str(model), "-c", str(ctx), "-fa", "on", *config.args()]
+    # -lv 4: the KV-cache size line that llama.cpp logs is only printed at this verbosity
+    cmd = [str(binary), "-m", str(model), "-c", str(ctx), "-fa", "on", "-lv", "4", *config.args()]
     if kld_base:
         cmd += ["--kl-divergence-base", str(kld_base), "--kl-divergence"]
     else:
