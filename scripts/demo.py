@@ -20,9 +20,8 @@ from tqgguf.models import smollm2_path
 from tqgguf.perplexity import CacheConfig, run_perplexity
 from tqgguf.pin import load_pin
 from tqgguf.source import cached_pinned_source
+from tqgguf.textdata import eval_text
 
-REPO = Path(__file__).resolve().parent.parent
-WIKITEXT = REPO.parent / "shared" / "data" / "wikitext-2-raw-test.txt"
 
 
 def main() -> int:
@@ -40,11 +39,7 @@ def main() -> int:
             raise TqError("the pinned source is not in the cache", "run `tqgguf build` first")
         ppl = find_bin(src, BuildSpec(), "llama-perplexity")
         model = smollm2_path()
-        text = WIKITEXT
-        if not text.is_file():
-            text = Path(tempfile.gettempdir()) / "tqgguf-demo.txt"
-            words = "the river city music game war team season church school state song album film year".split()
-            text.write_text("\n".join(" ".join(words[(i * 7 + j) % len(words)] for j in range(40)) for i in range(3000)))
+        text = eval_text(Path(tempfile.gettempdir()))
         print(f"model: {model.name}   text: {text.name}   -c {args.ctx}, {args.chunks} chunks\n", flush=True)
         print(f"{'K/V':<14} {'PPL':>9} {'KLD vs f16':>11} {'same top':>9} {'KV MiB':>8} {'time':>6}", flush=True)
         with tempfile.TemporaryDirectory() as tmp:

@@ -8,13 +8,11 @@ TQGGUF_TEST_SOURCE / TQGGUF_TEST_BIN_DIR may point at an existing tree / binarie
 from __future__ import annotations
 
 import os
-import random
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-WIKITEXT = REPO.parent / "shared" / "data" / "wikitext-2-raw-test.txt"
 
 
 @pytest.fixture(scope="session")
@@ -62,19 +60,10 @@ def llama_bin(request):
 
 @pytest.fixture(scope="session")
 def text_file(tmp_path_factory) -> Path:
-    """WikiText-2 test text when ../shared/data has it, else a generated English-like text."""
-    if WIKITEXT.is_file():
-        return WIKITEXT
-    rng = random.Random(0)
-    words = ("the of and to in is was for on that with as by at from his her it an were are which this "
-             "be or had first one their its new after who they have two has been city during time year "
-             "river music film album game war team season church school state song series").split()
-    lines = []
-    for _ in range(4000):
-        lines.append(" ".join(rng.choice(words) for _ in range(rng.randint(8, 30))).capitalize() + " .")
-    path = tmp_path_factory.mktemp("text") / "generated.txt"
-    path.write_text("\n\n".join(lines) + "\n")
-    return path
+    """WikiText-2 test text when ../shared/data has it, else an English text made by tqgguf.textdata."""
+    from tqgguf.textdata import eval_text
+
+    return eval_text(tmp_path_factory.mktemp("text"))
 
 
 @pytest.fixture(scope="session")

@@ -114,7 +114,15 @@ def _script(bindings, mode, tk, tv, text_file, out):
     return np.load(out)
 
 
-def test_context_shift_with_turbo4(bindings, text_file, tmp_path):
+@pytest.mark.parametrize("which", ["eval", "generated"])
+def test_context_shift_with_turbo4(which, bindings, text_file, tmp_path):
+    """Past the context size with a K-shift: finite logits, and >= 80% teacher-forced top-token agreement with
+    an f16 cache over the 64 tokens after the shift; on WikiText and on the text made for clones without it."""
+    if which == "generated":
+        from tqgguf.textdata import generated_text
+
+        text_file = tmp_path / "generated.txt"
+        text_file.write_text(generated_text())
     ref = _script(bindings, "shift", "f16", "f16", text_file, tmp_path / "f16.npy")
     got = _script(bindings, "shift", "turbo4", "turbo4", text_file, tmp_path / "t4.npy")
     assert np.isfinite(got).all() and np.isfinite(ref).all()
@@ -151,3 +159,22 @@ def test_head_dims_not_multiple_of_64_fall_back(head_dim, fallback, llama_bin, l
     assert math.isfinite(r.ppl)
     warnings = [ln for ln in r.log.splitlines() if "needs one head dim that is a multiple of 64" in ln]
     assert len(warnings) == 2 and all(f"using {fallback} instead" in w for w in warnings), warnings
+
+
+ALL_TYPES = ["f16", "q8_0", "q4_0", "turbo2", "turbo3", "turbo4"]
+
+
+def test_every_k_v_pair_runs(llama_bin, llama_source, text_file, tmp_path):
+    """All 36 K/V pairs among f16, q8_0, q4_0 and the turbo types run and give finite perplexities."""
+    from tqgguf.synth import PRESETS, find_vocab, synth
+
+    model = tmp_path / "hd64.gguf"
+    synth(model, PRESETS["tiny-hd64"], find_vocab(llama_source), weights="q8_0", seed=5)
+    ppl = llama_bin("llama-perplexity")
+    bad = {}
+    for k in ALL_TYPES:
+        for v in ALL_TYPES:
+            r = run_perplexity(ppl, model, text_file, CacheConfig(k, v), ctx=128, chunks=1, threads=2)
+            if not math.isfinite(r.ppl):
+                bad[f"{k}/{v}"] = r.ppl
+    assert not bad, bad

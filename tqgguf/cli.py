@@ -361,5 +361,230 @@ def synth(
               f"{info.file_size / 2**20:.1f} MiB, {info.weights} weights, vocab {info.vocab.name})", highlight=False)
 
 
+# ---- GGUF tools: check, convert, quantize (issue 4) -----------------------------------------
+
+
+def _size_opt(text: str | None, what: str) -> int | None:
+    from .check_report import parse_size
+
+    if text is None:
+        return None
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise TqError(f"{what}: {e}") from None
+
+
+@app.command()
+@_cli
+def check(
+    model: Annotated[Path, typer.Argument(help="A GGUF model file.")],
+    ctx: Annotated[Optional[int], typer.Option("--ctx", "-c", help="Context (-c) to size the KV cache for (default: the model's training context, like llama-server's -c 0).")] = None,
+    parallel: Annotated[int, typer.Option("--parallel", "-np", help="Parallel sequences / server slots.")] = 4,
+    unified: Annotated[bool, typer.Option("--unified/--no-unified", help="One KV cache shared by all slots (llama-server's default) or one stream per slot.")] = True,
+    batch: Annotated[int, typer.Option("--batch", "-b", help="-b of llama.cpp.")] = 2048,
+    ubatch: Annotated[int, typer.Option("--ubatch", "-ub", help="-ub of llama.cpp (sizes sliding-window caches).")] = 512,
+    flash_attn: Annotated[bool, typer.Option("--fa/--no-fa", help="Flash attention (turbo types and a quantized V need it).")] = True,
+    config: Annotated[Optional[list[str]], typer.Option("--config", help="K/V pair to size, e.g. q8_0/turbo4 (repeatable; default: a standard set).")] = None,
+    mem: Annotated[Optional[str], typer.Option("--mem", help="Memory budget for the fit, e.g. 24GiB.")] = None,
+    gpu: Annotated[bool, typer.Option("--gpu", help="Use the free memory of the first visible NVIDIA GPU as the budget.")] = False,
+    margin: Annotated[Optional[str], typer.Option("--margin", help="Compute margin for the fit (default: estimated from the model).")] = None,
+    fit: Annotated[str, typer.Option("--fit", help="What to maximize: ctx (largest -c) or slots (most slots of --ctx tokens).")] = "ctx",
+    as_json: JsonOpt = False,
+) -> None:
+    """Check a GGUF before launching: integrity, KV-cache layout, turbo/q8_0/q4_0 verdicts, KV memory, fit.
+
+    Exit codes: 0 usable, 1 usable with warnings, 2 unreadable or unsupported.
+
+    Examples:
+
+        tqgguf check model.gguf
+
+        tqgguf check model.gguf --ctx 32768 --parallel 1 --mem 24GiB
+
+        tqgguf check model.gguf --ctx 8192 --gpu --fit slots --json
+    """
+    from .check_report import DEFAULT_CONFIGS, CheckOptions, build_report, error_report, format_text
+    from .ggml_types import CACHE_TYPES
+    from .gguf_read import GgufError
+
+    if fit not in ("ctx", "slots"):
+        raise TqError(f"--fit must be ctx or slots, got {fit!r}")
+    if not 1 <= parallel <= 256:
+        raise TqError(f"--parallel must be in 1..256, got {parallel}")
+    if (ctx is not None and ctx < 0) or batch < 1 or ubatch < 1:
+        raise TqError("--ctx, --batch and --ubatch must be positive")
+    configs = tuple(config) if config else DEFAULT_CONFIGS
+    for c in configs:
+        for t in c.split("/", 1):
+            if t not in CACHE_TYPES:
+                raise TqError(f"unknown cache type {t!r} in --config {c}", f"known: {', '.join(CACHE_TYPES)}")
+    budget, source = _size_opt(mem, "--mem"), "--mem"
+    if gpu:
+        from .gpu import gpu_free
+
+        budget, source = gpu_free()
+    opts = CheckOptions(ctx=ctx, parallel=parallel, unified=unified, n_batch=batch, n_ubatch=ubatch,
+                        flash_attn=flash_attn, configs=configs, mem=budget, mem_source=source if budget else "",
+                        margin=_size_opt(margin, "--margin"), fit=fit)
+    try:
+        report = build_report(model, opts)
+    except GgufError as e:
+        if as_json:
+            print(json.dumps(error_report(model, str(e)), indent=1))
+            raise typer.Exit(2)
+        raise TqError(f"{model}: {e}") from None
+    except OSError as e:
+        raise TqError(f"cannot read {model}: {e.strerror or e}") from None
+    print(json.dumps(report, indent=1) if as_json else format_text(report))
+    raise typer.Exit(report["exit_code"])
+
+
+@app.command()
+@_cli
+def convert(
+    hf_dir: Annotated[Path, typer.Argument(help="A Hugging Face model folder (config.json, weights, tokenizer).")],
+    out_path: Annotated[Path, typer.Option("-o", "--out", help="Output GGUF file.")],
+    outtype: Annotated[str, typer.Option("--outtype", help="f16, bf16 or q8_0 (also f32, auto).")] = "f16",
+    source: SourceOpt = None,
+) -> None:
+    """Convert a Hugging Face model folder to GGUF with the pinned convert_hf_to_gguf.py (offline).
+
+    Needs the `convert` extra (torch, transformers, sentencepiece, safetensors): pip install 'tqgguf[convert]'.
+
+    Examples:
+
+        tqgguf convert ~/models/SmolLM2-135M -o /tmp/smol-f16.gguf
+
+        tqgguf convert ./my-llama --outtype q8_0 -o my-llama-q8_0.gguf
+    """
+    from .convert import convert as run_convert
+    from .convert import preflight
+    from .gguf_read import read_gguf
+    from .source import resolve_source
+
+    preflight(hf_dir.expanduser(), outtype)
+    src = resolve_source(_pin(), source, _log)
+    path = run_convert(hf_dir, out_path, outtype, src.root, _log)
+    g = read_gguf(path)
+    out.print(f"wrote {path} ({g.kv.get('general.architecture', '?')}, {len(g.tensors)} tensors, "
+              f"{g.file_size / 2**20:.1f} MiB, {outtype})", highlight=False)
+
+
+@app.command()
+@_cli
+def quantize(
+    in_path: Annotated[Path, typer.Argument(help="Input GGUF (f32/f16/bf16, or quantized with --allow-requantize).")],
+    out_path: Annotated[Path, typer.Argument(help="Output GGUF.")],
+    qtype: Annotated[str, typer.Argument(help="Weight type, e.g. Q4_K_M, Q8_0, Q4_0 (see llama-quantize --help).")],
+    threads: Annotated[Optional[int], typer.Option("--threads", "-t", help="Threads (default: all).")] = None,
+    allow_requantize: Annotated[bool, typer.Option("--allow-requantize", help="Allow an already quantized input.")] = False,
+    backend: Annotated[str, typer.Option("--backend", "-b", help="Which build's llama-quantize to use.")] = "cpu",
+    bin_dir: Annotated[Optional[Path], typer.Option("--bin-dir", help="Folder with a built llama-quantize (default: tqgguf's build).")] = None,
+    source: SourceOpt = None,
+) -> None:
+    """Quantize a GGUF's weights with the built llama-quantize.
+
+    Examples:
+
+        tqgguf quantize model-f16.gguf model-Q4_K_M.gguf Q4_K_M
+    """
+    from .build import BuildSpec, exe_name, find_bin
+    from .quantize import quantize as run_quantize
+    from .source import cached_pinned_source, resolve_source
+
+    if bin_dir is not None:
+        binary = bin_dir / exe_name("llama-quantize")
+        if not binary.is_file():
+            raise TqError(f"no llama-quantize in {bin_dir}")
+    else:
+        src = resolve_source(_pin(), source) if source else cached_pinned_source(_pin())
+        if src is None:
+            raise TqError("llama.cpp has not been built", "run `tqgguf build` first")
+        binary = find_bin(src, BuildSpec(backends=[backend]), "llama-quantize")
+    size_in = in_path.stat().st_size if in_path.is_file() else 0
+    path = run_quantize(binary, in_path, out_path, qtype, threads, ["--allow-requantize"] if allow_requantize else [])
+    out.print(f"wrote {path} ({qtype}, {size_in / 2**20:.1f} -> {path.stat().st_size / 2**20:.1f} MiB)",
+              highlight=False)
+
+
+# ---- end of GGUF tools -----------------------------------------------------------------------
+
+
+# ---- serve (issue 5) -------------------------------------------------------------------------
+
+
+@app.command(context_settings={"allow_extra_args": True})
+@_cli
+def serve(
+    context: typer.Context,
+    model: Annotated[Path, typer.Option("-m", "--model", help="The GGUF model to serve.")],
+    cache_type_k: Annotated[Optional[str], typer.Option("--cache-type-k", "-ctk", help="K cache type (default: f16, or the --policy's).")] = None,
+    cache_type_v: Annotated[Optional[str], typer.Option("--cache-type-v", "-ctv", help="V cache type (default: f16, or the --policy's).")] = None,
+    boundary_v: Annotated[Optional[int], typer.Option("--boundary-v", help="Keep the V cache of the first and last N KV-bearing layers at --boundary-v-type (default: 2 when V is turbo2, else 0; 0 turns it off). Only ever raises precision.")] = None,
+    boundary_v_type: Annotated[Optional[str], typer.Option("--boundary-v-type", help="V type of the boundary layers (default: q8_0).")] = None,
+    policy: Annotated[Optional[str], typer.Option("--policy", help="A measured preset of K, V and boundary: quality, balanced or compact (explicit flags win).")] = None,
+    ctx_size: Annotated[Optional[int], typer.Option("-c", "--ctx-size", help="Context size (llama-server's -c; default: the model's).")] = None,
+    parallel: Annotated[Optional[int], typer.Option("-np", "--parallel", help="Server slots (llama-server's -np).")] = None,
+    n_gpu_layers: Annotated[Optional[str], typer.Option("-ngl", "--n-gpu-layers", help="Layers on the GPU (llama-server's -ngl).")] = None,
+    host: Annotated[str, typer.Option("--host", help="Address to bind; anything but loopback needs --api-key.")] = "127.0.0.1",
+    port: Annotated[str, typer.Option("--port", help="Port, or auto for a free one.")] = "8080",
+    api_key: Annotated[Optional[str], typer.Option("--api-key", help="API key clients must send (passed to llama-server by environment).", envvar="TQGGUF_API_KEY")] = None,
+    allow_fallback: Annotated[bool, typer.Option("--allow-fallback", help="Serve even when llama.cpp uses other cache types, or attention runs off the layer's device.")] = False,
+    log_file: Annotated[Optional[Path], typer.Option("--log-file", help="Server log (default: a new file under the tqgguf cache).")] = None,
+    backend: Annotated[list[str], typer.Option("--backend", "-b", help="Which tqgguf build to run (cpu, cuda, ...; as given to `tqgguf build`).")] = ["cpu"],
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for the model to load.")] = 600.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run the patched llama-server with asymmetric K/V cache types and the boundary-layer V policy.
+
+    Checks the request first (like `tqgguf check`), starts llama-server with its log in a file, waits while the
+    model loads, then verifies from the log what llama.cpp really uses (K/V types per layer, flash attention and
+    where it runs) and prints the URL. Ctrl-C or SIGTERM stops the server's whole process group. Arguments after
+    `--` go to llama-server unchanged.
+
+    Exit codes: 0 stopped by a signal, 1 the server failed or runs something else than requested, 2 bad input.
+
+    Examples:
+
+        tqgguf serve -m model.gguf --cache-type-k turbo4 --cache-type-v turbo2
+
+        tqgguf serve -m model.gguf --policy compact --port auto --json
+
+        tqgguf serve -m model.gguf -ctk q8_0 -ctv turbo3 -c 32768 -np 4 -- -t 8
+    """
+    from .serve import Ui, describe, make_request, run_serve
+
+    extra = list(context.args)
+    if extra and "--" not in sys.argv[1:]:
+        raise TqError(f"unexpected argument {extra[0]!r}", "pass llama-server arguments after --")
+    for name, val in (("-c", ctx_size), ("-np", parallel)):
+        if val is not None and val < (0 if name == "-c" else 1):
+            raise TqError(f"{name} must be {'>= 0' if name == '-c' else '>= 1'}, got {val}")
+    req = make_request(model.expanduser(), cache_type_k, cache_type_v, boundary_v, boundary_v_type, policy,
+                       ctx=ctx_size, parallel=parallel, n_gpu_layers=n_gpu_layers, host=host, port=port,
+                       api_key=api_key, extra=extra, allow_fallback=allow_fallback,
+                       log_file=log_file.expanduser().resolve() if log_file else None, backends=backend,
+                       startup_timeout=timeout)
+    ui = Ui(status=lambda msg: err.status(msg, spinner="dots"),
+            info=lambda msg: err.print(msg, highlight=False, markup=False),
+            warn=lambda msg: err.print(f"[bold yellow]warning:[/] {msg}", highlight=False, soft_wrap=True))
+
+    def on_ready(running) -> None:
+        if as_json:
+            print(json.dumps(running.to_dict()), flush=True)
+        else:
+            for line in describe(running):
+                out.print(line, highlight=False, soft_wrap=True)
+            out.print("Ctrl-C stops the server.", highlight=False)
+            sys.stdout.flush()
+
+    code = run_serve(req, ui, on_ready)
+    err.print("stopped llama-server", highlight=False)
+    raise typer.Exit(code)
+
+
+# ---- end of serve ----------------------------------------------------------------------------
+
 def run() -> None:  # pragma: no cover
     sys.exit(app())

@@ -1,0 +1,98 @@
+"""Will a KV-cache type work for this model in the pinned, patched llama.cpp, and as what?
+
+Mirrors llama_init_from_model (src/llama-context.cpp): turbo types need one head dim that is a multiple of 64 across
+the layers (K and V separately), else llama.cpp uses q8_0 (f16 when a head dim is not a multiple of 32) with a
+warning; turbo types and quantized V need flash attention; with flash attention a quantized type's block size must
+divide every head dim; MLA models need K type == V type; without flash attention V rows are padded to the widest layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import ggml_types
+from .gguf_check import ModelFacts
+
+TURBO = ("turbo2", "turbo3", "turbo4")
+REPORT_TYPES = ("f16", "q8_0", "q4_0", "turbo4", "turbo3", "turbo2")
+
+
+@dataclass
+class Verdict:
+    side: str          # "K" or "V"
+    type: str          # requested
+    status: str        # native | padded | falls back | unsupported | no cache
+    effective: str | None
+    reason: str
+
+    def to_dict(self) -> dict:
+        return self.__dict__.copy()
+
+
+def _dims(facts: ModelFacts, side: str) -> list[int]:
+    return [ly.head_dim_k if side == "K" else ly.head_dim_v for ly in facts.trunk_layers]
+
+
+def _fmt(dims: list[int]) -> str:
+    u = sorted(set(dims))
+    return str(u[0]) if len(u) == 1 else "/".join(map(str, u))
+
+
+def no_fa_reason(facts: ModelFacts) -> str | None:
+    return "llama.cpp turns flash attention off for Grok" if facts.arch == "grok" else None
+
+
+def verdict(facts: ModelFacts, side: str, type_name: str, flash_attn: bool = True) -> Verdict:
+    t = ggml_types.cache_type(type_name)
+    if not facts.kv_layers:
+        return Verdict(side, type_name, "no cache", None, f"{facts.arch} has no attention KV cache")
+    if side == "V" and facts.mla:
+        return Verdict(side, type_name, "no cache", None, "MLA: V is read from the K cache (K and V types must match)")
+    forced = no_fa_reason(facts)
+    fa = flash_attn and forced is None
+    dims = _dims(facts, side)
+    hd = _fmt(dims)
+    if type_name in TURBO:
+        if not fa:
+            return Verdict(side, type_name, "unsupported", None,
+                           f"turbo types need flash attention ({forced or 'off with -fa off'})")
+        if len(set(dims)) == 1 and dims[0] % 64 == 0:
+            g = 64
+            while dims[0] % (g * 2) == 0:
+                g *= 2
+            blocks = dims[0] // 64
+            return Verdict(side, type_name, "native", type_name,
+                           f"head dim {hd} = {blocks} block{'s' if blocks > 1 else ''} of 64, rotation group {g}")
+        fb = "q8_0" if all(d % 32 == 0 for d in dims) else "f16"
+        why = "varies by layer" if len(set(dims)) > 1 else "is not a multiple of 64"
+        return Verdict(side, type_name, "falls back", fb, f"head dim {hd} {why}: llama.cpp uses {fb} instead")
+    if ggml_types.is_quantized(t):
+        if side == "V" and not fa:
+            return Verdict(side, type_name, "unsupported", None,
+                           f"a quantized V cache needs flash attention ({forced or 'off with -fa off'})")
+        bad = sorted({d for d in dims if d % t.block})
+        if fa and bad:
+            return Verdict(side, type_name, "unsupported", None,
+                           f"block size {t.block} does not divide head dim {_fmt(bad)}: llama.cpp refuses it")
+        return Verdict(side, type_name, "native", type_name, f"head dim {hd} = {dims[0] // t.block} x {t.block}"
+                       if len(set(dims)) == 1 else f"head dims {hd} are multiples of {t.block}")
+    if side == "V" and not fa:
+        widths = {ly.v_values for ly in facts.kv_layers}
+        if len(widths) > 1:
+            return Verdict(side, type_name, "padded", type_name,
+                           f"without flash attention V rows are padded to the widest layer ({max(widths)} values)")
+    return Verdict(side, type_name, "native", type_name, "no block constraint")
+
+
+def config_effective(facts: ModelFacts, k: str, v: str, flash_attn: bool = True) -> tuple[str, str, str | None]:
+    """(effective K, effective V, error) for a -ctk/-ctv pair; error is set when llama.cpp would refuse it."""
+    vk = verdict(facts, "K", k, flash_attn)
+    vv = verdict(facts, "V", v, flash_attn)
+    if facts.mla and facts.kv_layers and k != v:
+        return k, v, "MLA models need the same K and V cache type"
+    for vd in (vk, vv):
+        if vd.status == "unsupported":
+            return k, v, f"{vd.side} {vd.type}: {vd.reason}"
+    ek = vk.effective or k
+    ev = (vv.effective or v) if not facts.mla else ek
+    return ek, ev, None
