@@ -13,7 +13,10 @@ demo: install model
 	$(BIN)/python scripts/demo.py
 
 # Run the tests (the first run builds llama.cpp once; later modules and runs reuse it).
+# The tests also convert a tiny Hugging Face model, which needs the `convert` extra (CPU torch).
 test: install model
+	$(BIN)/python -c "import torch, transformers, sentencepiece" 2>/dev/null \
+	  || $(BIN)/python -m pip install --disable-pip-version-check -q -e '.[test,convert]'
 	$(BIN)/python -m pytest -ra $(PYTEST_ARGS)
 
 install: $(BIN)/tqgguf

@@ -78,8 +78,7 @@ def recommend(m: ModelFacts, flash_attn: bool = True, fits: Callable[[str], bool
             reason = f"{config} does not fit the memory budget at this context; {smaller} is the best-quality pair that does"
             config, rule_id = smaller, "fit"
         else:
-            reason = f"no K/V pair fits the memory budget at this context ({reason})"
-            rule_id = "fit-none"
+            rule_id = "fit-none"   # keeps the rule's pair and reason; the caller warns
     notes = []
     if config:
         k, v = split(config)

@@ -105,7 +105,8 @@ def build_report(path: Path, opts: CheckOptions) -> dict:
                "results": fits_out}
     adv = advice.recommend(facts, opts.flash_attn, fits_fn)
     if adv.rule == "fit-none":
-        warnings.append(adv.reason)
+        warnings.append(f"no K/V pair fits {opts.mem / MIB:.0f} MiB at -c {ctx} with {opts.parallel} slot(s): "
+                        "lower --ctx or --parallel, or raise the budget")
     elif adv.rule == "fit":
         warnings.append(adv.reason)
     return {
