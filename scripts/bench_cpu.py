@@ -37,6 +37,7 @@ def main() -> int:
     ap.add_argument("-r", type=int, default=3)
     ap.add_argument("-t", type=int, default=2)
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "cpu-smollm2")
+    ap.add_argument("--note", default="", help="A line added to the report (for example why -t differs)")
     args = ap.parse_args()
 
     pin = load_pin()
@@ -63,7 +64,8 @@ def main() -> int:
           f"- command (per config): `{cmd}`\n- tqgguf commit: {commit}; series: "
           f"{', '.join(p['name'][:4] for p in manifest['patches'])} on llama.cpp {pin.upstream_commit}\n"
           f"- device: {cpu}, {args.t} threads; date: {time.strftime('%Y-%m-%d')}\n"
-          f"- ratios are to f16 / q8_0 measured in the same run (shared machine: expect a few % noise)\n\n"
+          f"- ratios are to f16 / q8_0 measured in the same run (shared machine: expect a few % noise)\n"
+          + (f"- note: {args.note}\n" if args.note else "") + "\n"
           f"{table}\n")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".md").write_text(md)
