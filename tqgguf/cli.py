@@ -553,6 +553,8 @@ def serve(
 
         tqgguf serve -m model.gguf -ctk q8_0 -ctv turbo3 -c 32768 -np 4 -- -t 8
     """
+    from rich.markup import escape
+
     from .serve import Ui, describe, make_request, run_serve
 
     extra = list(context.args)
@@ -567,8 +569,8 @@ def serve(
                        log_file=log_file.expanduser().resolve() if log_file else None, backends=backend,
                        startup_timeout=timeout)
     ui = Ui(status=lambda msg: err.status(msg, spinner="dots"),
-            info=lambda msg: err.print(msg, highlight=False, markup=False),
-            warn=lambda msg: err.print(f"[bold yellow]warning:[/] {msg}", highlight=False, soft_wrap=True))
+            info=lambda msg: err.print(msg, highlight=False, markup=False, soft_wrap=True),
+            warn=lambda msg: err.print(f"[bold yellow]warning:[/] {escape(msg)}", highlight=False, soft_wrap=True))
 
     def on_ready(running) -> None:
         if as_json:

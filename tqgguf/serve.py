@@ -255,6 +255,8 @@ _FA_STATE = re.compile(r"llama_context: flash_attn\s*=\s*(\w+)")
 _FA_AUTO = re.compile(r"Flash Attention (enabled|not supported, set to disabled)")
 _FA_PLACE = re.compile(r"Flash Attention placement: (\d+) of (\d+) layer\(s\) on the layer's device")
 _FA_MOVED = re.compile(r"layer (\d+): Flash Attention with K (\w+), V (\w+) runs on (\S+), not on the layer's device (\S+)")
+# ggml-cuda: a quantized K/V pair without a compiled flash-attention kernel is converted to f16 at every call
+_FA_CONVERT = re.compile(r"no FlashAttention \w+ kernel compiled for K/V types (\w+)-(\w+), converting K and V to f16")
 _FA_MISMATCH = re.compile(r"layer (\d+) is assigned to device (\S+) but Flash Attention is assigned to device (\S+)")
 _FALLBACK = re.compile(r"(?:K|V)(?: layer)? (?:cache )?type \w+ needs one head dim[^\n]*using \w+ instead")
 _N_CTX = re.compile(r"llama_context: n_ctx\s*=\s*(\d+)")
@@ -273,6 +275,7 @@ class Effective:
     fa_layers: int | None = None                         # layers with flash attention
     fa_on_device: int | None = None                      # ... of which on the layer's own device
     fa_moved: list[dict] = field(default_factory=list)   # layers whose attention runs elsewhere (no kernel)
+    fa_converted: list[dict] = field(default_factory=list)  # K/V pairs the GPU backend converts to f16 (no kernel)
     boundary_layers: list[int] | None = None
     boundary_type: str | None = None
     kv_mib: float | None = None
@@ -317,6 +320,8 @@ def parse_server_log(text: str) -> Effective:
     for m in _FA_MOVED.finditer(text):
         e.fa_moved.append({"layer": int(m.group(1)), "k": m.group(2), "v": m.group(3), "runs_on": m.group(4),
                            "layer_device": m.group(5)})
+    for m in _FA_CONVERT.finditer(text):
+        e.fa_converted.append({"k": m.group(1), "v": m.group(2)})
     for m in _FA_MISMATCH.finditer(text):
         e.fa_moved.append({"layer": int(m.group(1)), "k": None, "v": None, "runs_on": m.group(3),
                            "layer_device": m.group(2)})
@@ -356,6 +361,9 @@ def compare(req: ServeRequest, plan: Plan, eff: Effective) -> list[str]:
         diffs.append("llama.cpp did not log boundary layers (a llama-server without the boundary-layer patch?)")
     if plan.flash_attn and eff.flash_attn is False:
         diffs.append("flash attention is off")
+    for cv in eff.fa_converted:
+        diffs.append(f"flash attention for K {cv['k']} / V {cv['v']} has no kernel on the GPU backend: K and V are "
+                     "converted to f16 at every step (slow)")
     for mv in eff.fa_moved:
         pair = f" (K {mv['k']}, V {mv['v']})" if mv["k"] else ""
         diffs.append(f"attention of layer {mv['layer']}{pair} runs on {mv['runs_on']}, not on {mv['layer_device']}: "
@@ -587,8 +595,16 @@ def _dead(server: Server, when: str, ui: Ui | None = None) -> TqError:
         ui.info(f"last lines of {server.log_path}:")
         for ln in tail:
             ui.info(f"  | {ln}")
-    return TqError(f"llama-server {when} ({server.exit_text()}): {tail[-1] if tail else 'no output'}",
-                   f"log: {server.log_path}", code=EXIT_WARN)
+    hint = f"log: {server.log_path}"
+    text = server.log_text()
+    if re.search(r"in a buffer \(\w+\) that cannot run the operation \(SET_ROWS\)", text):
+        hint = (f"this build's GPU backend cannot store this cache type (no kernels for it): keep the KV cache on "
+                f"the CPU with `-- -nkvo`, or pick types the GPU supports; {hint}")
+    # the cause, not the backtrace after it
+    culprit = next((ln for ln in reversed(log_tail(server.log_path, 100))
+                    if re.search(r"error|abort|failed|cannot|GGML_ASSERT", ln, re.I)
+                    and not re.search(r"\[0x[0-9a-f]+\]\s*$", ln)), tail[-1] if tail else "no output")
+    return TqError(f"llama-server {when} ({server.exit_text()}): {culprit.strip()[:300]}", hint, code=EXIT_WARN)
 
 
 def start(req: ServeRequest, ui: Ui, stop: StopRequest) -> tuple[Server, Running]:
@@ -664,6 +680,7 @@ def start(req: ServeRequest, ui: Ui, stop: StopRequest) -> tuple[Server, Running
                        "boundary_layers": eff.boundary_layers, "boundary_type": eff.boundary_type,
                        "flash_attn": eff.flash_attn, "attention_layers": eff.fa_layers,
                        "attention_on_layer_device": eff.fa_on_device, "attention_moved": eff.fa_moved,
+                       "attention_converted": eff.fa_converted,
                        "kv_mib": eff.kv_mib, "k_mib": eff.k_mib, "v_mib": eff.v_mib, "caches": eff.caches,
                        "n_ctx": eff.n_ctx, "slots": eff.slots, "n_ctx_slot": eff.n_ctx_slot,
                        "fallbacks": eff.fallbacks},
@@ -700,6 +717,12 @@ def describe(r: Running) -> list[str]:
     """The human summary of a running server."""
     e, q = r.effective, r.requested
     lines = [f"serving {Path(r.model).name} at {r.url}  (pid {r.pid})"]
+    if q.get("policy"):
+        p = load_policies().get(q["policy"])
+        m = p.measured if p else {}
+        lines.append(f"  policy      {q['policy']}" + (f" (measured KLD {m['kld']:.4f} vs an f16 cache, "
+                                                      f"{m['kv_bits_per_value']:.2f} bits/value, on "
+                                                      f"{m['model'].split(' ')[0]})" if m else ""))
     v = e["v_types"] or e["v"]
     lines.append(f"  KV cache    K {e['k']}, V {v}")
     if e["boundary_layers"] is not None:
