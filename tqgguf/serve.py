@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .errors import EXIT_ERROR, EXIT_WARN, TqError
+from .errors import EXIT_WARN, TqError
 
 BIN_DIR_ENV = "TQGGUF_BIN_DIR"
 DEFAULT_BOUNDARY_TYPE = "q8_0"
@@ -759,4 +759,4 @@ def run_serve(req: ServeRequest, ui: Ui, on_ready: Callable[[Running], None]) ->
 __all__ = ["Policy", "load_policies", "ServeRequest", "make_request", "Plan", "precheck", "expected_kv",
            "Effective", "parse_server_log", "compare", "format_v_types", "parse_v_types", "find_server",
            "pick_port", "server_args", "Server", "StopRequest", "Running", "Ui", "start", "supervise", "describe",
-           "run_serve", "EXIT_ERROR"]
+           "run_serve"]
