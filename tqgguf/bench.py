@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .errors import TqError
-from .perplexity import CacheConfig
+from .perplexity import CacheConfig, run_tool
 
 
 @dataclass
@@ -49,10 +48,7 @@ def run_bench(binary: Path, model: Path, config: CacheConfig, depths: list[int],
     if threads:
         cmd += ["-t", str(threads)]
     cmd += extra or []
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, errors="replace")
-    except subprocess.TimeoutExpired:
-        raise TqError(f"llama-bench timed out for {config.label}", code=1) from None
+    r = run_tool(cmd, f"llama-bench for {config.label}", timeout)
     if r.returncode != 0:
         tail = " | ".join(r.stderr.strip().splitlines()[-3:])
         raise TqError(f"llama-bench failed for {config.label} (exit {r.returncode}): {tail}", code=1)
