@@ -588,5 +588,237 @@ def serve(
 
 # ---- end of serve ----------------------------------------------------------------------------
 
+
+# ---- sweeps: ppl, bench, niah (issue 6) -------------------------------------------------------
+
+BinDirOpt = Annotated[Optional[Path], typer.Option("--bin-dir", help="Folder with the built llama.cpp tools (default: $TQGGUF_BIN_DIR, else tqgguf's build).")]
+BackendOpt = Annotated[list[str], typer.Option("--backend", "-b", help="Which tqgguf build to use (cpu, cuda, ...; as given to `tqgguf build`).")]
+PlotOpt = Annotated[bool, typer.Option("--plot", help="Also write a PNG (needs the plot extra: pip install 'tqgguf[plot]').")]
+
+
+def _extra_args(context: typer.Context, tool: str) -> list[str]:
+    extra = list(context.args)
+    if extra and "--" not in sys.argv[1:]:
+        raise TqError(f"unexpected argument {extra[0]!r}", f"pass {tool} arguments after --")
+    return extra
+
+
+def _chunk_progress():
+    from rich.progress import TimeRemainingColumn
+
+    return Progress(TextColumn("[bold]{task.description:<20}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("chunks"), TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+                    console=err, transient=True)
+
+
+@app.command(context_settings={"allow_extra_args": True})
+@_cli
+def ppl(
+    context: typer.Context,
+    model: Annotated[Path, typer.Option("-m", "--model", help="The GGUF model.")],
+    text: Annotated[Path, typer.Option("-f", "--file", help="The evaluation text (e.g. wikitext-2-raw/wiki.test.raw).")],
+    configs: Annotated[str, typer.Option("--configs", help="Comma-separated K/V configs: TYPE, K/V, and +bvN for the boundary-layer V policy. f16 is always run (it is the base).")] = "",
+    ctx: Annotated[int, typer.Option("-c", "--ctx-size", help="Context per chunk (llama-perplexity's -c).")] = 512,
+    chunks: Annotated[int, typer.Option("--chunks", help="Chunks of the text to evaluate (the f16 logits take about chunks x ctx/2 x n_vocab x 2 bytes of disk).")] = 40,
+    out_dir: Annotated[Path, typer.Option("--out", "-o", help="Folder for ppl.jsonl (the resumable store), ppl.md/.csv/.json/.png and logs/.")] = Path("tqgguf-ppl"),
+    threads: Annotated[Optional[int], typer.Option("-t", "--threads", help="Threads (llama-perplexity's -t).")] = None,
+    n_gpu_layers: Annotated[Optional[str], typer.Option("-ngl", "--n-gpu-layers", help="Layers on the GPU (llama-perplexity's -ngl).")] = None,
+    floor: Annotated[bool, typer.Option("--floor/--no-floor", help="Also run f16 against the f16 base: the smallest KLD the comparison can show.")] = True,
+    plot: PlotOpt = False,
+    bin_dir: BinDirOpt = None,
+    backend: BackendOpt = ["cpu"],
+    timeout: Annotated[Optional[float], typer.Option("--timeout", help="Seconds allowed per config.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Perplexity and KL divergence of K/V cache configs against an f16 cache, with error bars; resumable.
+
+    The f16 run saves the logits once (kept in the tqgguf cache and reused while model, text, -c, --chunks and
+    build match); every other config reports mean KLD, 99th-percentile KLD, same-top-token %, PPL and the PPL ratio
+    against it. Results are appended to OUT/ppl.jsonl as each config finishes: a rerun skips what is done, a killed
+    run loses at most the config in flight. Prints a Markdown table sorted by bits per value; a KLD difference
+    within 2 standard errors of the row above is shown as "≈". Arguments after `--` go to llama-perplexity.
+
+    Exit codes: 0 all configs measured, 1 a config (or the f16 base) failed, 2 bad input.
+
+    Examples:
+
+        tqgguf ppl -m model.gguf -f wiki.test.raw
+
+        tqgguf ppl -m model.gguf -f wiki.test.raw --configs q8_0,q8_0/turbo4,turbo4/turbo2+bv2 --chunks 20 --plot
+
+        tqgguf ppl -m model.gguf -f wiki.test.raw -ngl 99 --json -- -b 512
+    """
+    from rich.markup import escape
+
+    from .ppl_sweep import DEFAULT_CONFIGS, Events, PplSpec, markdown_table, parse_configs, run_sweep, write_report
+    from .runinfo import find_tool
+
+    extra = _extra_args(context, "llama-perplexity")
+    cfgs = parse_configs(configs or DEFAULT_CONFIGS)
+    if plot:
+        from .plot import pyplot
+
+        pyplot()  # fail before measuring when matplotlib is missing
+    if threads is not None and threads < 1:
+        raise TqError(f"-t must be >= 1, got {threads}")
+    binary = find_tool("llama-perplexity", bin_dir, backend)
+    spec = PplSpec(model=model.expanduser(), text=text.expanduser(), configs=cfgs, binary=binary,
+                   out=out_dir.expanduser(), ctx=ctx, chunks=chunks, threads=threads, n_gpu_layers=n_gpu_layers,
+                   floor=floor, extra=extra, timeout=timeout)
+
+    def row_line(r) -> str:
+        kld = f"KLD {r.kld:.5f} ± {r.kld_err:.5f}" if r.role != "base" and r.kld is not None else "base"
+        return (f"{r.config:<18} PPL {r.ppl:.4f} ± {r.ppl_err:.4f}  {kld}  KV {r.kv_mib} MiB"
+                + (f"  ({r.seconds:.0f} s)" if r.seconds is not None else ""))
+
+    with _chunk_progress() as progress:
+        tasks: dict[str, int] = {}
+
+        def start(label: str, i: int, n: int) -> None:
+            tasks[label] = progress.add_task(label, total=chunks)
+
+        def chunk(label: str, done: int, total: int | None) -> None:
+            progress.update(tasks[label], completed=done, total=total)
+
+        def done(r) -> None:
+            progress.remove_task(tasks.pop(r.config))
+            err.print(escape(row_line(r)), highlight=False, soft_wrap=True)
+
+        def skip(r, why: str) -> None:
+            err.print(escape(f"{r.config:<18} already measured ({r.kld if r.kld is not None else r.ppl}), skipped"),
+                      style="dim", highlight=False, soft_wrap=True)
+
+        def fail(label: str, message: str) -> None:
+            if label in tasks:
+                progress.remove_task(tasks.pop(label))
+            err.print(f"[bold red]failed:[/] {escape(message)}", highlight=False, soft_wrap=True)
+
+        sweep = run_sweep(spec, Events(start=start, chunk=chunk, done=done, skip=skip, fail=fail, info=_log))
+    paths = write_report(sweep, plot)
+    if as_json:
+        print(json.dumps(json.loads(paths["json"].read_text()), indent=1))
+    else:
+        from .ppl_sweep import NOTES
+
+        print(markdown_table(sweep.rows))
+        print()
+        print(NOTES, end="")
+    _log(f"wrote {', '.join(str(p) for p in paths.values())}")
+    if sweep.failed:
+        err.print(f"[bold red]error:[/] {len(sweep.failed)} config(s) failed: {', '.join(sweep.failed)} "
+                  f"(logs in {spec.out / 'logs'}); a rerun retries them", highlight=False)
+    raise typer.Exit(sweep.exit_code)
+
+
+@app.command(context_settings={"allow_extra_args": True})
+@_cli
+def bench(
+    context: typer.Context,
+    model: Annotated[Path, typer.Option("-m", "--model", help="The GGUF model (a `tqgguf synth` model measures speed as well as a real one).")],
+    configs: Annotated[str, typer.Option("--configs", help="Comma-separated K/V configs (TYPE, K/V, +bvN); f16 is always measured, as the reference.")] = "",
+    depth: Annotated[str, typer.Option("--depth", "-d", help="Comma-separated depths: tokens already in the cache (llama-bench's -d).")] = "0,4096,32768",
+    n_prompt: Annotated[int, typer.Option("-p", "--n-prompt", help="Prompt tokens (llama-bench's -p; batched: -npp).")] = 512,
+    n_gen: Annotated[int, typer.Option("-n", "--n-gen", help="Generated tokens (llama-bench's -n; batched: -ntg).")] = 128,
+    reps: Annotated[int, typer.Option("-r", "--repetitions", help="Repetitions per test (llama-bench's -r).")] = 3,
+    threads: Annotated[Optional[int], typer.Option("-t", "--threads", help="Threads.")] = None,
+    n_gpu_layers: Annotated[Optional[str], typer.Option("-ngl", "--n-gpu-layers", help="Layers on the GPU.")] = None,
+    batched: Annotated[bool, typer.Option("--batched", help="Run llama-batched-bench: aggregate tok/s of N parallel sequences.")] = False,
+    npl: Annotated[str, typer.Option("--npl", help="--batched: comma-separated numbers of parallel sequences.")] = "1,2,4,8",
+    ctx: Annotated[Optional[int], typer.Option("-c", "--ctx-size", help="--batched: context per sequence (default: -p + -n).")] = None,
+    mem: Annotated[Optional[str], typer.Option("--mem", help="--batched: a memory budget (e.g. 24GiB): run each config at the most sequences that fit, as `tqgguf check --fit slots` sizes them.")] = None,
+    gpu: Annotated[bool, typer.Option("--gpu", help="--batched: use the free memory of the first NVIDIA GPU as the budget.")] = False,
+    max_npl: Annotated[int, typer.Option("--max-npl", help="--batched with a budget: never run more sequences than this.")] = 256,
+    out_dir: Annotated[Path, typer.Option("--out", "-o", help="Folder for bench.jsonl (or batched.jsonl), .md/.csv/.json/.png and logs/.")] = Path("tqgguf-bench"),
+    plot: PlotOpt = False,
+    bin_dir: BinDirOpt = None,
+    backend: BackendOpt = ["cpu"],
+    timeout: Annotated[Optional[float], typer.Option("--timeout", help="Seconds allowed per config.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Speed of K/V cache configs: tok/s with spread, and each row's ratio to f16 from the same invocation.
+
+    Runs the patched llama-bench -fa 1 per config at each depth (prefill -p and decode -n tokens after --depth
+    tokens already in the cache). With --batched, llama-batched-bench measures the aggregate throughput of N
+    parallel sequences; with --mem (or --gpu) each config runs at the most sequences that fit the budget, which
+    shows what a smaller cache buys at a fixed memory size. Resumable like `tqgguf ppl`; f16 is measured again in
+    every invocation that measures anything. Arguments after `--` go to the tool.
+
+    Exit codes: 0 all configs measured, 1 a config failed, 2 bad input.
+
+    Examples:
+
+        tqgguf synth -o /tmp/l3.gguf --preset llama3-8b --weights q4_0 && tqgguf bench -m /tmp/l3.gguf -ngl 99
+
+        tqgguf bench -m model.gguf --configs q8_0,turbo3 --depth 0,4096 -p 512 -n 64 -r 3 --plot
+
+        tqgguf bench -m model.gguf --batched -c 4096 -p 512 -n 128 --mem 24GiB
+    """
+    from rich.markup import escape
+
+    from .bench_sweep import DEFAULT_CONFIGS, BenchSpec, Events, parse_list, report_markdown, run_bench_sweep, write_report
+    from .ppl_sweep import parse_configs
+    from .runinfo import find_tool
+
+    tool = "llama-batched-bench" if batched else "llama-bench"
+    extra = _extra_args(context, tool)
+    cfgs = parse_configs(configs or DEFAULT_CONFIGS)
+    depths = parse_list(depth, "--depth", 0)
+    npls = parse_list(npl, "--npl", 1)
+    budget, source = _size_opt(mem, "--mem"), "--mem"
+    if gpu:
+        from .gpu import gpu_free
+
+        budget, source = gpu_free()
+    if (budget is not None or ctx is not None) and not batched:
+        raise TqError("-c, --mem and --gpu go with --batched")
+    if plot:
+        from .plot import pyplot
+
+        pyplot()
+    for name, v in (("-t", threads), ("-c", ctx)):
+        if v is not None and v < 1:
+            raise TqError(f"{name} must be >= 1, got {v}")
+    binary = find_tool(tool, bin_dir, backend)
+    spec = BenchSpec(model=model.expanduser(), configs=cfgs, binary=binary, out=out_dir.expanduser(), depths=depths,
+                     n_prompt=n_prompt, n_gen=n_gen, reps=reps, threads=threads, n_gpu_layers=n_gpu_layers,
+                     extra=extra, timeout=timeout, batched=batched, npl=npls, ctx=ctx, mem=budget,
+                     mem_source=source if budget else "", max_npl=max_npl)
+    with Progress(TextColumn("[bold]{task.description:<20}"), BarColumn(), MofNCompleteColumn(), TextColumn("tests"),
+                  TimeElapsedColumn(), console=err, transient=True) as progress:
+        tasks: dict[str, int] = {}
+
+        def start(label: str, i: int, n: int, tests: int) -> None:
+            tasks[label] = progress.add_task(label, total=tests)
+
+        def test(label: str, done: int) -> None:
+            progress.update(tasks[label], completed=done)
+
+        def done(label: str, rows) -> None:
+            progress.remove_task(tasks.pop(label))
+            err.print(escape(f"{label:<18} " + "  ".join(f"{r.test}@{r.depth}: {r.avg_ts:.1f}" for r in rows
+                                                         if not r.test.endswith((" pp", " tg")))),
+                      highlight=False, soft_wrap=True)
+
+        def skip(label: str) -> None:
+            err.print(escape(f"{label:<18} already measured, skipped"), style="dim", highlight=False)
+
+        def fail(label: str, message: str) -> None:
+            if label in tasks:
+                progress.remove_task(tasks.pop(label))
+            err.print(f"[bold red]failed:[/] {escape(message)}", highlight=False, soft_wrap=True)
+
+        res = run_bench_sweep(spec, Events(start=start, test=test, done=done, skip=skip, fail=fail, info=_log))
+    paths = write_report(res, plot)
+    if as_json:
+        print(json.dumps(json.loads(paths["json"].read_text()), indent=1))
+    else:
+        md = report_markdown(res)
+        print(md[md.index("\n\n") + 2:], end="")  # without the title
+    _log(f"wrote {', '.join(str(p) for p in paths.values())}")
+    if res.failed:
+        err.print(f"[bold red]error:[/] {len(res.failed)} config(s) failed: {', '.join(res.failed)}", highlight=False)
+    raise typer.Exit(res.exit_code)
+
+
 def run() -> None:  # pragma: no cover
     sys.exit(app())

@@ -15,24 +15,56 @@ _PM = rf"{_NUM}\s*(?:±|\+/-)\s*{_NUM}"
 
 @dataclass
 class CacheConfig:
-    """A K/V cache configuration as written on the command line: `q8_0/turbo4` or `turbo3` (K = V)."""
+    """A K/V cache configuration as written on the command line: `q8_0/turbo4`, `turbo3` (K = V), or with the
+    boundary-layer V policy of patch 0010 as a suffix: `turbo4/turbo2+bv2` (the V cache of the first and last 2
+    KV-bearing layers at q8_0) or `turbo4/turbo2+bv2:f16` (at another type). `+b2` is accepted for `+bv2`."""
 
     k: str
     v: str
+    boundary_n: int = 0
+    boundary_type: str = "q8_0"
 
     @classmethod
     def parse(cls, text: str) -> "CacheConfig":
-        k, _, v = text.strip().partition("/")
+        from .ggml_types import CACHE_TYPES
+
+        text = text.strip()
+        pair, plus, suffix = text.partition("+")
+        k, _, v = pair.strip().partition("/")
         if not k:
-            raise TqError(f"empty cache config in {text!r}")
-        return cls(k, v or k)
+            raise TqError(f"empty cache config in {text!r}", "write K/V, e.g. q8_0/turbo4, or one type for both")
+        cfg = cls(k, v or k)
+        if plus:
+            m = re.fullmatch(r"bv?(\d+)(?::(\w+))?", suffix.strip())
+            if not m:
+                raise TqError(f"bad boundary suffix {'+' + suffix!r} in cache config {text!r}",
+                              "write +bvN (the V of the first and last N layers at q8_0) or +bvN:TYPE")
+            cfg.boundary_n = int(m.group(1))
+            cfg.boundary_type = m.group(2) or "q8_0"
+        for what, t in (("K", cfg.k), ("V", cfg.v), ("boundary V", cfg.boundary_type)):
+            if t not in CACHE_TYPES:
+                raise TqError(f"unknown {what} cache type {t!r} in cache config {text!r}",
+                              f"known: {', '.join(CACHE_TYPES)}")
+        return cfg
 
     @property
     def label(self) -> str:
-        return self.k if self.k == self.v else f"{self.k}/{self.v}"
+        base = self.k if self.k == self.v else f"{self.k}/{self.v}"
+        if self.boundary_n:
+            base += f"+bv{self.boundary_n}" + ("" if self.boundary_type == "q8_0" else f":{self.boundary_type}")
+        return base
+
+    def nominal_bits_per_value(self) -> float:
+        """Bits per K/V value of the pair, ignoring the boundary layers (which depend on the model's layer count)."""
+        from .ggml_types import cache_type
+
+        return (cache_type(self.k).bits_per_value + cache_type(self.v).bits_per_value) / 2
 
     def args(self) -> list[str]:
-        return ["-ctk", self.k, "-ctv", self.v]
+        a = ["-ctk", self.k, "-ctv", self.v]
+        if self.boundary_n:
+            a += ["--cache-boundary-layers", str(self.boundary_n), "--cache-type-v-boundary", self.boundary_type]
+        return a
 
 
 @dataclass
@@ -50,6 +82,9 @@ class PplResult:
     same_top_err: float | None = None
     ppl_ratio: float | None = None
     ppl_ratio_err: float | None = None
+    kld_max: float | None = None
+    kld_median: float | None = None
+    ppl_base: float | None = None   # PPL of the stored base logits (quantized), in a --kl-divergence run
     log: str = field(default="", repr=False)
 
 
@@ -81,6 +116,12 @@ def parse_output(config: str, text: str) -> PplResult:
         res.kld, res.kld_err = _f(m.group(1)), _f(m.group(2))
     if (m := re.search(r"99\.0%\s+KLD:\s*" + _NUM, text)):
         res.kld_p99 = _f(m.group(1))
+    if (m := re.search(r"Maximum KLD:\s*" + _NUM, text)):
+        res.kld_max = _f(m.group(1))
+    if (m := re.search(r"Median\s+KLD:\s*" + _NUM, text)):
+        res.kld_median = _f(m.group(1))
+    if (m := re.search(r"Mean PPL\(base\)\s*:\s*" + _PM, text)):
+        res.ppl_base = _f(m.group(1))
     if (m := re.search(r"Same top p:\s*" + _PM, text)):
         res.same_top, res.same_top_err = _f(m.group(1)), _f(m.group(2))
     return res
