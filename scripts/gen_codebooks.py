@@ -190,6 +190,14 @@ def render_header(data: dict) -> str:
         out.extend(_wrap([fmt_f32(v) for v in bd]))
         out.append("};")
     out.append("")
+    out.append("// The same tables as initializer lists, for backends that keep their own copies")
+    out.append("// (CUDA/HIP __device__ arrays): static __device__ const float t[4] = TURBO2_LEVELS_INIT;")
+    for key in sorted(cbs, key=int):
+        cb = cbs[key]
+        b = cb["bits"]
+        out.append(f"#define TURBO{b}_LEVELS_INIT {{ " + ", ".join(fmt_f32(v) for v in cb["levels"]) + " }")
+        out.append(f"#define TURBO{b}_BOUNDS_INIT {{ " + ", ".join(fmt_f32(v) for v in cb["boundaries"]) + " }")
+    out.append("")
     return "\n".join(out)
 
 

@@ -339,3 +339,31 @@ def test_bad_args_raise(tmp_path, llama_source):
     msg = str(e.value)
     assert "\n" not in msg and "llama-bpe" in msg and "llama-spm" in msg
     assert not (tmp_path / "x.gguf").exists()
+
+
+@pytest.mark.build
+@pytest.mark.parametrize("weights", ["q4_0", "q8_0"])
+def test_fast_weights(weights, tmp_path, llama_source, llama_bin, small_text):
+    """--fast writes random codes with one scale per tensor: same std as the float path, deterministic, loadable."""
+    vocab = S.find_vocab(llama_source, "llama-spm")
+    shape = replace(S.PRESETS["tiny-hd64"], n_layer=2)
+    a, b, slow = tmp_path / "a.gguf", tmp_path / "b.gguf", tmp_path / "slow.gguf"
+    S.synth(a, shape, vocab, weights=weights, seed=3, fast=True)
+    S.synth(b, shape, vocab, weights=weights, seed=3, fast=True)
+    S.synth(slow, shape, vocab, weights=weights, seed=3)
+    assert a.read_bytes() == b.read_bytes()
+    assert a.stat().st_size == slow.stat().st_size
+
+    from gguf.quants import dequantize
+    qtype = GGMLQuantizationType.Q4_0 if weights == "q4_0" else GGMLQuantizationType.Q8_0
+    fast_t = {t.name: t for t in GGUFReader(a).tensors}
+    slow_t = {t.name: t for t in GGUFReader(slow).tensors}
+    for name in ("blk.0.attn_q.weight", "blk.1.ffn_down.weight", "token_embd.weight"):
+        assert fast_t[name].tensor_type == qtype
+        x = dequantize(np.asarray(fast_t[name].data), qtype)
+        y = dequantize(np.asarray(slow_t[name].data), qtype)
+        assert x.shape == y.shape
+        assert float(x.std()) == pytest.approx(float(y.std()), rel=0.05), name
+        assert len(np.unique(x)) > 8  # random codes, not a constant
+    ppl, _ = _perplexity(llama_bin, a, small_text)
+    assert math.isfinite(ppl) and ppl > 1
