@@ -24,12 +24,12 @@ COMMON = [
 
 @pytest.mark.parametrize("backends,kw,extra", [
     (["cpu"], {}, []),
-    (["cuda"], {"cuda_arch": "90"}, ["-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=90"]),
-    (["cuda"], {}, ["-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=native"]),
-    (["hip"], {"hip_arch": "gfx1100"}, ["-DGGML_HIP=ON", "-DGPU_TARGETS=gfx1100"]),
+    (["cuda"], {"cuda_arch": "90"}, ["-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=90", "-DGGML_CUDA_FA_QUANTS=q8_0-q8_0,f16-q8_0,q8_0-f16,q4_0-q4_0,bf16-bf16"]),
+    (["cuda"], {}, ["-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=native", "-DGGML_CUDA_FA_QUANTS=q8_0-q8_0,f16-q8_0,q8_0-f16,q4_0-q4_0,bf16-bf16"]),
+    (["hip"], {"hip_arch": "gfx1100"}, ["-DGGML_HIP=ON", "-DGPU_TARGETS=gfx1100", "-DGGML_CUDA_FA_QUANTS=q8_0-q8_0,f16-q8_0,q8_0-f16,q4_0-q4_0,bf16-bf16"]),
     (["vulkan"], {}, ["-DGGML_VULKAN=ON"]),
     (["vulkan", "cuda", "cpu"], {"cuda_arch": "89"},
-     ["-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=89", "-DGGML_VULKAN=ON"]),
+     ["-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=89", "-DGGML_CUDA_FA_QUANTS=q8_0-q8_0,f16-q8_0,q8_0-f16,q4_0-q4_0,bf16-bf16", "-DGGML_VULKAN=ON"]),
 ])
 def test_cmake_args_golden(backends, kw, extra):
     assert cmake_args(BuildSpec(backends=backends, **kw)) == COMMON + extra

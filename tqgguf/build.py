@@ -38,6 +38,10 @@ SMOKE = {
     "llama-batched-bench": ["--version"],
     "test-backend-ops": ["test", "-b", "CPU", "-o", "ADD"],
 }
+# Upstream FlashAttention vector-kernel instances to compile for CUDA/HIP (f16-f16 is always built): upstream's
+# default set plus the asymmetric f16/q8_0 pairs. Every pair with a turbo side has its own kernel (patch 0011),
+# compiled always; the 19 other upstream quantized pairs are left out to keep the build short.
+CUDA_FA_QUANTS = "q8_0-q8_0,f16-q8_0,q8_0-f16,q4_0-q4_0,bf16-bf16"
 MANIFEST = "tqgguf-manifest.json"
 LOG = "tqgguf-build.log"
 
@@ -85,6 +89,8 @@ def cmake_args(spec: BuildSpec) -> list[str]:
         args += ["-DGGML_HIP=ON"]
         if spec.hip_arch:
             args += [f"-DGPU_TARGETS={spec.hip_arch}"]
+    if "cuda" in spec.backends or "hip" in spec.backends:
+        args += [f"-DGGML_CUDA_FA_QUANTS={CUDA_FA_QUANTS}"]
     if "vulkan" in spec.backends:
         args += ["-DGGML_VULKAN=ON"]
     if "metal" in spec.backends:

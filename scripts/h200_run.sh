@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# CUDA build, correctness and speed runs for the turbo KV-cache types on the lent H200 (or any CUDA machine).
+#
+# Needs what scripts/prepare_h200.py writes to .h200/ (the patched slim tree, the CMake arguments of
+# `tqgguf build --backend cuda --cuda-arch 90`, a text excerpt) and python3 with numpy (tqgguf synth runs from
+# this repository with the tree's gguf-py). Every step appends to $OUT (default ./h200-out):
+#   bash scripts/h200_run.sh build          configure + build llama-bench, test-backend-ops, llama-perplexity
+#   bash scripts/h200_run.sh ops            test-backend-ops -b CUDA0 on every turbo case (vs the CPU backend)
+#   bash scripts/h200_run.sh parity         KLD of CUDA vs CPU runs of the same config on a synthetic model
+#   bash scripts/h200_run.sh bench [R] [DEPTHS] [CONFIGS]
+#                                           llama-bench -fa 1 on the Llama-3-8B shape (q4_0 weights)
+# Steps can be combined: bash scripts/h200_run.sh build ops bench
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+SRC=$ROOT/.h200/llama.cpp
+BUILD=${TQ_BUILD:-$ROOT/h200-out/build}
+OUT=${OUT:-$ROOT/h200-out}
+MODELS=${TQ_MODELS:-/tmp/tq-models}
+BIN=$BUILD/bin
+mkdir -p "$OUT" "$MODELS" "$BUILD"
+export PYTHONPATH=$ROOT:$SRC/gguf-py${PYTHONPATH:+:$PYTHONPATH}
+
+log() { echo "[$(date +%H:%M:%S)] $*" | tee -a "$OUT/steps.log"; }
+
+device_info() {
+    { echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+      echo "commit: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+      nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv,noheader 2>/dev/null
+      nvcc --version | tail -1
+      echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs) x $(nproc)"
+    } > "$OUT/device.txt"
+}
+
+step_build() {
+    log "configure"
+    local t0=$(date +%s)
+    mapfile -t args < "$ROOT/.h200/cmake-args.txt"
+    cmake -S "$SRC" -B "$BUILD" -G Ninja "${args[@]}" -DLLAMA_BUILD_SERVER=OFF > "$BUILD/build.log" 2>&1 \
+        || { tail -30 "$BUILD/build.log" | tee -a "$OUT/steps.log"; return 1; }
+    log "build"
+    cmake --build "$BUILD" -j "$(nproc)" --target llama-bench test-backend-ops llama-perplexity >> "$BUILD/build.log" 2>&1 \
+        || { grep -m20 -B2 -A8 "error" "$BUILD/build.log" | tee -a "$OUT/steps.log"; return 1; }
+    grep -ci "warning" "$BUILD/build.log" | sed 's/^/build warnings: /' | tee -a "$OUT/steps.log"
+    local t1=$(date +%s)
+    log "build done in $((t1 - t0)) s ($(nproc) jobs)"
+    echo "build_seconds: $((t1 - t0))" >> "$OUT/device.txt"
+}
+
+synth() { # name, args...
+    local name=$1; shift
+    [ -f "$MODELS/$name.gguf" ] || python3 -m tqgguf synth -o "$MODELS/$name.gguf" --source "$SRC" --fast "$@" > /dev/null
+}
+
+step_ops() {
+    log "test-backend-ops (turbo cases, CUDA0 vs CPU)"
+    "$BIN/test-backend-ops" test -b CUDA0 -p turbo > "$OUT/test-backend-ops.txt" 2>&1
+    local rc=$?
+    grep -E "tests passed|FAIL|Backend CUDA0|OK$" "$OUT/test-backend-ops.txt" | grep -v " OK$" | tail -15
+    grep -c "\[FLASH_ATTN_EXT\].*OK\| OK$" "$OUT/test-backend-ops.txt" | sed 's/^/ok lines: /'
+    grep -c "not supported" "$OUT/test-backend-ops.txt" | sed 's/^/not supported: /'
+    log "test-backend-ops rc=$rc"
+}
+
+step_parity() {
+    log "parity: CPU vs CUDA perplexity/KLD on a synthetic hd128 GQA-4 model"
+    synth par-hd128 --layers 4 --n-embd 1024 --n-head 8 --n-head-kv 2 --head-dim 128 --weights q8_0
+    local m=$MODELS/par-hd128.gguf txt=$ROOT/.h200/wiki-300k.txt P=$BIN/llama-perplexity
+    local common=(-m "$m" -f "$txt" -c 256 --chunks 8 -fa on -t "$(nproc)")
+    for t in f16 turbo3 turbo4 turbo2; do
+        echo "=== CPU $t" >> "$OUT/parity-logs.txt"
+        "$P" "${common[@]}" -ngl 0 -ctk $t -ctv $t --kl-divergence-base "$MODELS/base-cpu-$t.kld" >> "$OUT/parity-logs.txt" 2>&1
+    done
+    for t in f16 turbo3 turbo4 turbo2; do
+        for ub in 4 256; do   # 4: the turbo decode kernel, 256: f16 conversion + tensor-core kernel
+            local f=$MODELS/ppl-cuda-$t-ub$ub.txt
+            "$P" "${common[@]}" -ngl 99 -ub $ub -ctk $t -ctv $t --kl-divergence-base "$MODELS/base-cpu-$t.kld" \
+                --kl-divergence > "$f" 2>&1
+            { echo "=== CUDA $t ub=$ub"; cat "$f"; } >> "$OUT/parity-logs.txt"
+            echo "$t ub=$ub: $(grep -E 'Mean +KLD|Same top' "$f" | tr -s ' ' | paste -sd ';')" | tee -a "$OUT/parity.txt"
+        done
+    done
+}
+
+step_bench() { # reps, depths, configs
+    local reps=${1:-2} depths=${2:-0,8192,32768} configs=${3:-f16,q8_0,q4_0,turbo4,turbo3,turbo2,q8_0/turbo4}
+    synth l3-8b --preset llama3-8b --weights q4_0
+    log "llama-bench r=$reps d=$depths configs=$configs"
+    : > "$OUT/bench.jsonl"
+    for c in ${configs//,/ }; do
+        local k=${c%%/*} v=${c##*/}
+        "$BIN/llama-bench" -m "$MODELS/l3-8b.gguf" -ngl 99 -fa 1 -p 2048 -n 128 -d "$depths" -r "$reps" \
+            -ctk "$k" -ctv "$v" -o jsonl >> "$OUT/bench.jsonl" 2> "$MODELS/bench.err" \
+            || { log "llama-bench failed for $c"; tail -5 "$MODELS/bench.err" | tee -a "$OUT/steps.log"; }
+        log "done $c"
+    done
+}
+
+device_info
+while [ $# -gt 0 ]; do
+    case $1 in
+        build)  step_build || exit 1; shift ;;
+        ops)    step_ops; shift ;;
+        parity) step_parity; shift ;;
+        bench)  shift; r=2; d=0,8192,32768; c=f16,q8_0,q4_0,turbo4,turbo3,turbo2,q8_0/turbo4
+                [[ ${1:-} =~ ^[0-9]+$ ]] && { r=$1; shift; }
+                [[ ${1:-} =~ ^[0-9,]+$ ]] && { d=$1; shift; }
+                [[ ${1:-} =~ [a-z] && ! ${1:-} =~ ^(build|ops|parity|bench)$ ]] && { c=$1; shift; }
+                step_bench "$r" "$d" "$c" ;;
+        *) echo "unknown step $1" >&2; exit 2 ;;
+    esac
+done
