@@ -255,7 +255,8 @@ def fit_sequences(model: Path, configs: list[CacheConfig], seq_ctx: int, budget:
     return out
 
 
-def _check(spec: BenchSpec) -> None:
+def check_spec(spec: BenchSpec) -> None:
+    """Bad input as one-line errors, before anything runs."""
     if not spec.model.exists():
         raise TqError(f"model file not found: {spec.model}", "give a GGUF with -m")
     if not spec.model.is_file():
@@ -271,7 +272,7 @@ def _check(spec: BenchSpec) -> None:
 
 def run_bench_sweep(spec: BenchSpec, ev: Events | None = None) -> BenchResult:
     ev = ev or Events()
-    _check(spec)
+    check_spec(spec)
     f16 = CacheConfig("f16", "f16")
     configs = [f16] + [c for c in spec.configs if c.label != "f16"]
     fits: dict[str, dict] = {}

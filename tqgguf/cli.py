@@ -667,6 +667,9 @@ def ppl(
     spec = PplSpec(model=model.expanduser(), text=text.expanduser(), configs=cfgs, binary=binary,
                    out=out_dir.expanduser(), ctx=ctx, chunks=chunks, threads=threads, n_gpu_layers=n_gpu_layers,
                    floor=floor, extra=extra, timeout=timeout)
+    from .ppl_sweep import check_spec
+
+    check_spec(spec)
 
     def row_line(r) -> str:
         kld = f"KLD {r.kld:.5f} ± {r.kld_err:.5f}" if r.role != "base" and r.kld is not None else "base"
@@ -785,6 +788,9 @@ def bench(
                      n_prompt=n_prompt, n_gen=n_gen, reps=reps, threads=threads, n_gpu_layers=n_gpu_layers,
                      extra=extra, timeout=timeout, batched=batched, npl=npls, ctx=ctx, mem=budget,
                      mem_source=source if budget else "", max_npl=max_npl)
+    from .bench_sweep import check_spec
+
+    check_spec(spec)
     with Progress(TextColumn("[bold]{task.description:<20}"), BarColumn(), MofNCompleteColumn(), TextColumn("tests"),
                   TimeElapsedColumn(), console=err, transient=True) as progress:
         tasks: dict[str, int] = {}
@@ -816,6 +822,116 @@ def bench(
     else:
         md = report_markdown(res)
         print(md[md.index("\n\n") + 2:], end="")  # without the title
+    _log(f"wrote {', '.join(str(p) for p in paths.values())}")
+    if res.failed:
+        err.print(f"[bold red]error:[/] {len(res.failed)} config(s) failed: {', '.join(res.failed)}", highlight=False)
+    raise typer.Exit(res.exit_code)
+
+
+@app.command(context_settings={"allow_extra_args": True})
+@_cli
+def niah(
+    context: typer.Context,
+    model: Annotated[Path, typer.Option("-m", "--model", help="The GGUF model (an instruction-tuned one answers the question).")],
+    configs: Annotated[str, typer.Option("--configs", help="Comma-separated K/V configs (TYPE, K/V, +bvN); f16 always runs, as the reference.")] = "",
+    ctx: Annotated[str, typer.Option("--ctx", "-c", help="Comma-separated prompt lengths in tokens.")] = "4096,8192",
+    depths: Annotated[str, typer.Option("--depths", help="Comma-separated needle depths, percent of the text.")] = "0,25,50,75,100",
+    trials: Annotated[int, typer.Option("--trials", help="Needles per (context, depth) cell, each a different passphrase.")] = 1,
+    seed: Annotated[int, typer.Option("--seed", help="Chooses the passphrases (the same for every config).")] = 0,
+    text: Annotated[Optional[Path], typer.Option("-f", "--file", help="Filler text (default: WikiText-2 from ../shared/data, else a generated English text).")] = None,
+    n_predict: Annotated[int, typer.Option("-n", "--n-predict", help="Tokens the answer may have.")] = 24,
+    threads: Annotated[Optional[int], typer.Option("-t", "--threads", help="llama-server threads.")] = None,
+    n_gpu_layers: Annotated[Optional[str], typer.Option("-ngl", "--n-gpu-layers", help="Layers on the GPU.")] = None,
+    out_dir: Annotated[Path, typer.Option("--out", "-o", help="Folder for niah.jsonl (resumable), .md/.csv/.json/.png and server logs.")] = Path("tqgguf-niah"),
+    plot: PlotOpt = False,
+    bin_dir: BinDirOpt = None,
+    backend: BackendOpt = ["cpu"],
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for the model to load, and for each answer.")] = 600.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Long-context retrieval per K/V config: a needle sentence in a long filler text, asked for at temperature 0.
+
+    For each config the patched llama-server is started as `tqgguf serve` starts it (checked before launch,
+    verified after); each (context, depth) cell plants "The secret passphrase is WORD-NNNN." at the depth of a
+    filler text cut to the context length in the model's tokens, asks for it, and scores the answer by substring.
+    The table gives found/asked per cell and per config with a 95% interval, next to f16 from the same run.
+    Resumable (answers go to OUT/niah.jsonl). Arguments after `--` go to llama-server.
+
+    Exit codes: 0 every config answered, 1 a config failed (server or request), 2 bad input.
+
+    Examples:
+
+        tqgguf niah -m model.gguf --configs q8_0/turbo4,turbo4/turbo2+bv2 --ctx 4096,8192
+
+        tqgguf niah -m model.gguf -c 16384,32768 --depths 0,50,100 --trials 3 -ngl 99 --plot
+    """
+    from rich.markup import escape
+
+    from .bench_sweep import parse_list
+    from .niah import DEFAULT_CONFIGS, Events, NiahSpec, report_markdown, run_niah, write_report
+    from .ppl_sweep import parse_configs
+    from .textdata import eval_text
+
+    extra = _extra_args(context, "llama-server")
+    cfgs = parse_configs(configs or DEFAULT_CONFIGS)
+    ctxs = parse_list(ctx, "--ctx", 256)
+    dlist = parse_list(depths, "--depths", 0)
+    if trials < 1 or n_predict < 1:
+        raise TqError("--trials and -n must be >= 1")
+    if plot:
+        from .plot import pyplot
+
+        pyplot()
+    if bin_dir is not None:
+        import os
+
+        from .serve import BIN_DIR_ENV
+
+        os.environ[BIN_DIR_ENV] = str(bin_dir.expanduser().resolve())
+    if text is None:
+        from .paths import cache_dir
+
+        text = eval_text(cache_dir())
+    spec = NiahSpec(model=model.expanduser(), configs=cfgs, filler=text.expanduser(), out=out_dir.expanduser(),
+                    ctxs=ctxs, depths=dlist, trials=trials, seed=seed, n_predict=n_predict, threads=threads,
+                    n_gpu_layers=n_gpu_layers, backends=backend, extra=extra, startup_timeout=timeout,
+                    request_timeout=timeout)
+    from .niah import check_spec
+
+    check_spec(spec)
+    n_cells = len(ctxs) * len(dlist) * trials
+    with Progress(TextColumn("[bold]{task.description:<20}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("needles"), TimeElapsedColumn(), console=err, transient=True) as progress:
+        tasks: dict[str, int] = {}
+
+        def start(label: str, todo: int) -> None:
+            tasks[label] = progress.add_task(label, total=n_cells, completed=n_cells - todo)
+
+        def server(label: str, eff: dict) -> None:
+            err.print(escape(f"{label:<18} server up: K {eff.get('k')}, V {eff.get('v_types') or eff.get('v')}, "
+                             f"KV {eff.get('kv_mib')} MiB"), highlight=False, soft_wrap=True)
+
+        def answer(label: str, r: dict) -> None:
+            progress.advance(tasks[label])
+            err.print(escape(f"{label:<18} ctx {r['ctx']} depth {r['depth']}%: {'found' if r['hit'] else 'MISSED'} "
+                             f"({r['passphrase']}; answer {r['answer'][:60]!r}, {r['seconds']:.0f} s)"),
+                      highlight=False, soft_wrap=True)
+
+        def skip(label: str) -> None:
+            err.print(escape(f"{label:<18} already measured, skipped"), style="dim", highlight=False)
+
+        def fail(label: str, message: str) -> None:
+            if label in tasks:
+                progress.remove_task(tasks.pop(label))
+            err.print(f"[bold red]failed:[/] {escape(label)}: {escape(message)}", highlight=False, soft_wrap=True)
+
+        res = run_niah(spec, Events(start=start, server=server, answer=answer, skip=skip, fail=fail, info=_log))
+    paths = write_report(res, plot)
+    if as_json:
+        print(json.dumps(json.loads(paths["json"].read_text()), indent=1))
+    else:
+        md = report_markdown(res)
+        print(md[md.index("\n\n") + 2:], end="")
     _log(f"wrote {', '.join(str(p) for p in paths.values())}")
     if res.failed:
         err.print(f"[bold red]error:[/] {len(res.failed)} config(s) failed: {', '.join(res.failed)}", highlight=False)

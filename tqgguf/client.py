@@ -109,6 +109,19 @@ class Client:
         body = {"prompt": prompt, "n_predict": n_predict, "temperature": temperature, **kw}
         return self._json("POST", "/completion", json=body)
 
+    def tokenize(self, text: str, add_special: bool = False) -> list[int]:
+        """POST /tokenize: the model's tokens for text."""
+        d = self._json("POST", "/tokenize", json={"content": text, "add_special": add_special})
+        return [t if isinstance(t, int) else t["id"] for t in d.get("tokens", [])]
+
+    def detokenize(self, tokens: list[int]) -> str:
+        """POST /detokenize: the text of tokens."""
+        return self._json("POST", "/detokenize", json={"tokens": tokens}).get("content", "")
+
+    def apply_template(self, messages: list[dict]) -> str:
+        """POST /apply-template: the prompt the server's chat template makes of messages (not run)."""
+        return self._json("POST", "/apply-template", json={"messages": messages}).get("prompt", "")
+
     def chat(self, messages: list[dict], max_tokens: int = 64, temperature: float = 0.0, **kw: Any) -> dict:
         """POST /v1/chat/completions (OpenAI format); the text is in ["choices"][0]["message"]["content"]."""
         body = {"messages": messages, "max_tokens": max_tokens, "temperature": temperature, **kw}

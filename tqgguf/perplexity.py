@@ -30,8 +30,8 @@ class CacheConfig:
 
         text = text.strip()
         pair, plus, suffix = text.partition("+")
-        k, _, v = pair.strip().partition("/")
-        if not k:
+        k, slash, v = pair.strip().partition("/")
+        if not k or (slash and not v):
             raise TqError(f"empty cache config in {text!r}", "write K/V, e.g. q8_0/turbo4, or one type for both")
         cfg = cls(k, v or k)
         if plus:

@@ -186,7 +186,8 @@ def _result_dict(r: PplResult) -> dict:
     return d
 
 
-def _check(spec: PplSpec) -> None:
+def check_spec(spec: PplSpec) -> None:
+    """Bad input as one-line errors, before anything runs."""
     for what, p in (("model", spec.model), ("text", spec.text)):
         if not p.exists():
             raise TqError(f"{what} file not found: {p}", "give a GGUF with -m" if what == "model" else "give a text file with -f")
@@ -203,7 +204,7 @@ def _check(spec: PplSpec) -> None:
 
 def run_sweep(spec: PplSpec, ev: Events | None = None) -> PplSweep:
     ev = ev or Events()
-    _check(spec)
+    check_spec(spec)
     spec.out.mkdir(parents=True, exist_ok=True)
     store = Store.open(spec.out / f"{STEM}.jsonl")
     if store.skipped_lines:
