@@ -690,8 +690,9 @@ def ppl(
             err.print(escape(row_line(r)), highlight=False, soft_wrap=True)
 
         def skip(r, why: str) -> None:
-            err.print(escape(f"{r.config:<18} already measured ({r.kld if r.kld is not None else r.ppl}), skipped"),
-                      style="dim", highlight=False, soft_wrap=True)
+            what = f"PPL {r.ppl:.4f}" if r.role == "base" else f"KLD {r.kld:.5f}"
+            err.print(escape(f"{r.config:<18} already measured ({what}), skipped"), style="dim", highlight=False,
+                      soft_wrap=True)
 
         def fail(label: str, message: str) -> None:
             if label in tasks:

@@ -35,8 +35,8 @@ def plot_ppl(rows: list, path: Path, title: str = "") -> Path:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 5.5))
     pts = [r for r in rows if r.role == "kld" and r.status == "ok" and r.kld and r.kld > 0]
-    floor = next((r for r in rows if r.role == "floor" and r.status == "ok" and r.kld), None)
-    if not pts and floor is None:
+    floor = next((r for r in rows if r.role == "floor" and r.status == "ok" and r.kld is not None), None)
+    if not pts:
         plt.close(fig)
         raise TqError("nothing to plot: no KLD results yet", code=1)
     for r in pts:
@@ -44,10 +44,13 @@ def plot_ppl(rows: list, path: Path, title: str = "") -> Path:
         ax.errorbar([r.bits_per_value], [r.kld], yerr=[[min(err, r.kld * 0.999)], [err]], fmt="o", capsize=3,
                     color="tab:orange" if "turbo" in r.config else "tab:blue")
         ax.annotate(r.config, (r.bits_per_value, r.kld), textcoords="offset points", xytext=(5, 4), fontsize=8)
-    if floor is not None:
+    if floor is not None and floor.kld > 0:
         ax.axhline(floor.kld, ls="--", color="grey", lw=1)
         ax.annotate(f"f16 floor {floor.kld:.2g}", (ax.get_xlim()[0], floor.kld), textcoords="offset points",
                     xytext=(4, 4), fontsize=8, color="grey")
+    elif floor is not None:  # below the 6 decimals llama-perplexity prints
+        ax.text(0.99, 0.02, "f16 against its own stored logits: mean KLD < 5e-7", transform=ax.transAxes,
+                ha="right", va="bottom", fontsize=8, color="grey")
     ax.set_yscale("log")
     ax.set_xlabel("bits per K/V value (from the KV MiB llama.cpp logged)")
     ax.set_ylabel("mean KL divergence vs f16 cache (log; bars: 2 errors)")
