@@ -126,7 +126,8 @@ def plot_niah(cells: list[dict], path: Path, title: str = "") -> Path:
     for i, row in enumerate(grid):
         for j, v in enumerate(row):
             if v == v:
-                ax.text(j, i, f"{v:.0%}", ha="center", va="center", fontsize=8)
+                ax.text(j, i, f"{v:.0%}", ha="center", va="center", fontsize=8,
+                        color="white" if v < 0.25 or v > 0.85 else "black")
     ax.set_xlabel("needle depth")
     ax.set_title(title or "needle-in-a-haystack accuracy", fontsize=10)
     fig.colorbar(im, ax=ax, fraction=0.05)
