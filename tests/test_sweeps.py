@@ -83,30 +83,34 @@ def ppl_sweep(smol, text_file, env, tmp_path_factory):
         time.sleep(0.05)
     assert proc.poll() is None, f"the sweep ended before it could be interrupted: {proc.communicate()[1][-2000:]}"
     assert len(_records(store)) == 1, "no config finished in time"
+    marker = env["TQGGUF_CACHE"]  # in every llama-perplexity command line of this module (the f16 logits)
+    time.sleep(0.5)  # the next config's llama-perplexity is running now
+    running = _llama_children(marker)
     os.kill(proc.pid, signal.SIGKILL)  # tqgguf only: its llama-perplexity must die with it
     proc.communicate(timeout=30)
     deadline = time.monotonic() + 20
-    while _llama_children(str(out)) and time.monotonic() < deadline:
+    while _llama_children(marker) and time.monotonic() < deadline:
         time.sleep(0.1)
-    orphans = _llama_children(str(out))
+    orphans = _llama_children(marker)
     first = _records(store)
     base_logits = list(Path(env["TQGGUF_CACHE"], "kld-base").glob("*.kld"))
     base_mtime = base_logits[0].stat().st_mtime_ns if base_logits else None
 
     r = tq(args + ["--json"], env)
     assert r.returncode == 0, r.stderr[-3000:]
-    return {"out": out, "first": first, "orphans": orphans, "rerun": r, "doc": json.loads(r.stdout),
+    return {"out": out, "first": first, "orphans": orphans, "running": running, "rerun": r, "doc": json.loads(r.stdout),
             "base_logits": base_logits, "base_mtime": base_mtime, "args": args}
 
 
 def test_killed_sweep_resumes_without_rerunning_finished_configs(ppl_sweep):
     s = ppl_sweep
+    assert s["running"], "no llama-perplexity was running when tqgguf was killed"
     assert s["orphans"] == [], "llama-perplexity outlived the killed tqgguf"
     assert [(r["fields"]["config"], r["fields"]["role"]) for r in s["first"]] == [("f16", "base")]
     recs = _records(s["out"] / "ppl.jsonl")
     roles = [(r["fields"]["config"], r["fields"]["role"]) for r in recs]
     assert roles.count(("f16", "base")) == 1, "f16 was run again"
-    assert sorted(roles) == sorted([("f16", "base"), ("f16", "kld"), ("q8_0", "kld"), ("turbo3", "kld")])
+    assert sorted(roles) == sorted([("f16", "base"), ("f16", "floor"), ("q8_0", "kld"), ("turbo3", "kld")])
     assert "f16                already measured" in s["rerun"].stderr
     assert len(s["base_logits"]) == 1 and s["base_logits"][0].stat().st_mtime_ns == s["base_mtime"]
     # the final table is complete

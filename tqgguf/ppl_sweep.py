@@ -307,7 +307,8 @@ def run_sweep(spec: PplSpec, ev: Events | None = None) -> PplSweep:
                         "text_sha256": common["text_sha256"], "base_logits": str(base_path),
                         "base_logits_bytes": base_path.stat().st_size if base_path.is_file() else None,
                         "date": time.strftime("%Y-%m-%d"), "command_per_config": " ".join(
-                            perplexity_cmd(spec, CacheConfig("K", "V"), kld_base=Path("BASE"))[1:])}
+                            perplexity_cmd(spec, CacheConfig("K", "V"), kld_base=Path("BASE"))[1:]).replace(
+                                str(spec.model), spec.model.name)}
     sweep = PplSweep(spec, rows, failed, ran, skipped, meta)
     return sweep
 
