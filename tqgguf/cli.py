@@ -593,6 +593,10 @@ def serve(
 
 # ---- sweeps: ppl, bench, niah (issue 6) -------------------------------------------------------
 
+from .bench_sweep import DEFAULT_CONFIGS as BENCH_CONFIGS  # noqa: E402 (light modules: defaults shown in --help)
+from .niah import DEFAULT_CONFIGS as NIAH_CONFIGS  # noqa: E402
+from .ppl_sweep import DEFAULT_CONFIGS as PPL_CONFIGS  # noqa: E402
+
 BinDirOpt = Annotated[Optional[Path], typer.Option("--bin-dir", help="Folder with the built llama.cpp tools (default: $TQGGUF_BIN_DIR, else tqgguf's build).")]
 BackendOpt = Annotated[list[str], typer.Option("--backend", "-b", help="Which tqgguf build to use (cpu, cuda, ...; as given to `tqgguf build`).")]
 PlotOpt = Annotated[bool, typer.Option("--plot", help="Also write a PNG (needs the plot extra: pip install 'tqgguf[plot]').")]
@@ -619,7 +623,7 @@ def ppl(
     context: typer.Context,
     model: Annotated[Path, typer.Option("-m", "--model", help="The GGUF model.")],
     text: Annotated[Path, typer.Option("-f", "--file", help="The evaluation text (e.g. wikitext-2-raw/wiki.test.raw).")],
-    configs: Annotated[str, typer.Option("--configs", help="Comma-separated K/V configs: TYPE, K/V, and +bvN for the boundary-layer V policy. f16 is always run (it is the base).")] = "",
+    configs: Annotated[str, typer.Option("--configs", help="Comma-separated K/V configs: TYPE, K/V, and +bvN for the boundary-layer V policy. f16 is always run (it is the base).")] = PPL_CONFIGS,
     ctx: Annotated[int, typer.Option("-c", "--ctx-size", help="Context per chunk (llama-perplexity's -c).")] = 512,
     chunks: Annotated[int, typer.Option("--chunks", help="Chunks of the text to evaluate (the f16 logits take about chunks x ctx/2 x n_vocab x 2 bytes of disk).")] = 40,
     out_dir: Annotated[Path, typer.Option("--out", "-o", help="Folder for ppl.jsonl (the resumable store), ppl.md/.csv/.json/.png and logs/.")] = Path("tqgguf-ppl"),
@@ -652,11 +656,11 @@ def ppl(
     """
     from rich.markup import escape
 
-    from .ppl_sweep import DEFAULT_CONFIGS, Events, PplSpec, markdown_table, parse_configs, run_sweep, write_report
+    from .ppl_sweep import Events, PplSpec, markdown_table, parse_configs, run_sweep, write_report
     from .runinfo import find_tool
 
     extra = _extra_args(context, "llama-perplexity")
-    cfgs = parse_configs(configs or DEFAULT_CONFIGS)
+    cfgs = parse_configs(configs)
     if plot:
         from .plot import pyplot
 
@@ -721,7 +725,7 @@ def ppl(
 def bench(
     context: typer.Context,
     model: Annotated[Path, typer.Option("-m", "--model", help="The GGUF model (a `tqgguf synth` model measures speed as well as a real one).")],
-    configs: Annotated[str, typer.Option("--configs", help="Comma-separated K/V configs (TYPE, K/V, +bvN); f16 is always measured, as the reference.")] = "",
+    configs: Annotated[str, typer.Option("--configs", help="Comma-separated K/V configs (TYPE, K/V, +bvN); f16 is always measured, as the reference.")] = BENCH_CONFIGS,
     depth: Annotated[str, typer.Option("--depth", "-d", help="Comma-separated depths: tokens already in the cache (llama-bench's -d).")] = "0,4096,32768",
     n_prompt: Annotated[int, typer.Option("-p", "--n-prompt", help="Prompt tokens (llama-bench's -p; batched: -npp).")] = 512,
     n_gen: Annotated[int, typer.Option("-n", "--n-gen", help="Generated tokens (llama-bench's -n; batched: -ntg).")] = 128,
@@ -761,13 +765,13 @@ def bench(
     """
     from rich.markup import escape
 
-    from .bench_sweep import DEFAULT_CONFIGS, BenchSpec, Events, parse_list, report_markdown, run_bench_sweep, write_report
+    from .bench_sweep import BenchSpec, Events, parse_list, report_markdown, run_bench_sweep, write_report
     from .ppl_sweep import parse_configs
     from .runinfo import find_tool
 
     tool = "llama-batched-bench" if batched else "llama-bench"
     extra = _extra_args(context, tool)
-    cfgs = parse_configs(configs or DEFAULT_CONFIGS)
+    cfgs = parse_configs(configs)
     depths = parse_list(depth, "--depth", 0)
     npls = parse_list(npl, "--npl", 1)
     budget, source = _size_opt(mem, "--mem"), "--mem"
@@ -834,7 +838,7 @@ def bench(
 def niah(
     context: typer.Context,
     model: Annotated[Path, typer.Option("-m", "--model", help="The GGUF model (an instruction-tuned one answers the question).")],
-    configs: Annotated[str, typer.Option("--configs", help="Comma-separated K/V configs (TYPE, K/V, +bvN); f16 always runs, as the reference.")] = "",
+    configs: Annotated[str, typer.Option("--configs", help="Comma-separated K/V configs (TYPE, K/V, +bvN); f16 always runs, as the reference.")] = NIAH_CONFIGS,
     ctx: Annotated[str, typer.Option("--ctx", "-c", help="Comma-separated prompt lengths in tokens.")] = "4096,8192",
     depths: Annotated[str, typer.Option("--depths", help="Comma-separated needle depths, percent of the text.")] = "0,25,50,75,100",
     trials: Annotated[int, typer.Option("--trials", help="Needles per (context, depth) cell, each a different passphrase.")] = 1,
@@ -869,12 +873,12 @@ def niah(
     from rich.markup import escape
 
     from .bench_sweep import parse_list
-    from .niah import DEFAULT_CONFIGS, Events, NiahSpec, report_markdown, run_niah, write_report
+    from .niah import Events, NiahSpec, report_markdown, run_niah, write_report
     from .ppl_sweep import parse_configs
     from .textdata import eval_text
 
     extra = _extra_args(context, "llama-server")
-    cfgs = parse_configs(configs or DEFAULT_CONFIGS)
+    cfgs = parse_configs(configs)
     ctxs = parse_list(ctx, "--ctx", 256)
     dlist = parse_list(depths, "--depths", 0)
     if trials < 1 or n_predict < 1:
