@@ -7,6 +7,7 @@
 #   bash scripts/h200_run.sh build          configure + build llama-bench, test-backend-ops, llama-perplexity
 #   bash scripts/h200_run.sh ops            test-backend-ops -b CUDA0 on every turbo case (vs the CPU backend)
 #   bash scripts/h200_run.sh parity         KLD of CUDA vs CPU runs of the same config on a synthetic model
+#   bash scripts/h200_run.sh diag           decode time: CUDA graphs on/off, graph splits, ncu per-kernel
 #   bash scripts/h200_run.sh bench [R] [DEPTHS] [CONFIGS]
 #                                           llama-bench -fa 1 on the Llama-3-8B shape (q4_0 weights)
 # Steps can be combined: bash scripts/h200_run.sh build ops bench
@@ -96,16 +97,35 @@ step_bench() { # reps, depths, configs
     done
 }
 
+step_diag() { # where decode time goes: CUDA graphs, graph splits, per-kernel times (ncu)
+    synth l3-8b --preset llama3-8b --weights q4_0
+    local m=$MODELS/l3-8b.gguf
+    for c in q8_0 turbo3; do
+        for g in 0 1; do
+            GGML_CUDA_DISABLE_GRAPHS=$g "$BIN/llama-bench" -m "$m" -ngl 99 -fa 1 -p 0 -n 64 -d 0 -r 1 -ctk $c -ctv $c -o md 2>/dev/null \
+                | grep -E "^\|.*tg" | sed "s/^/$c disable_graphs=$g /" | tee -a "$OUT/diag.txt"
+        done
+        "$BIN/llama-perplexity" -m "$m" -f "$ROOT/.h200/wiki-300k.txt" -c 512 --chunks 1 -ngl 99 -fa on -ctk $c -ctv $c 2>&1 \
+            | grep -E "graph splits|graph nodes|CUDA0 KV|sched" | sed "s/^/$c /" | tee -a "$OUT/diag.txt"
+    done
+    if command -v ncu > /dev/null; then
+        timeout 240 ncu --clock-control none --print-summary per-kernel --launch-skip 3000 --launch-count 1500 \
+            "$BIN/llama-bench" -m "$m" -ngl 99 -fa 1 -p 0 -n 32 -d 4096 -r 1 -ctk turbo3 -ctv turbo3 > "$MODELS/ncu.txt" 2>&1
+        grep -E "^  [a-zA-Z_].*\(|gpu__time_duration|Duration" "$MODELS/ncu.txt" | head -120 > "$OUT/ncu-summary.txt"
+    fi
+}
+
 device_info
 while [ $# -gt 0 ]; do
     case $1 in
         build)  step_build || exit 1; shift ;;
         ops)    step_ops; shift ;;
         parity) step_parity; shift ;;
+        diag)   step_diag; shift ;;
         bench)  shift; r=2; d=0,8192,32768; c=f16,q8_0,q4_0,turbo4,turbo3,turbo2,q8_0/turbo4
                 [[ ${1:-} =~ ^[0-9]+$ ]] && { r=$1; shift; }
                 [[ ${1:-} =~ ^[0-9,]+$ ]] && { d=$1; shift; }
-                [[ ${1:-} =~ [a-z] && ! ${1:-} =~ ^(build|ops|parity|bench)$ ]] && { c=$1; shift; }
+                [[ ${1:-} =~ [a-z] && ! ${1:-} =~ ^(build|ops|parity|bench|diag)$ ]] && { c=$1; shift; }
                 step_bench "$r" "$d" "$c" ;;
         *) echo "unknown step $1" >&2; exit 2 ;;
     esac
