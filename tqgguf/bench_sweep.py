@@ -21,7 +21,7 @@ from typing import Callable
 from . import __version__
 from .errors import EXIT_WARN, TqError
 from .perplexity import CacheConfig
-from .runinfo import build_hash, build_summary, device, file_sha256
+from .runinfo import build_hash, build_summary, check_gpu_pairs, device, file_sha256
 from .sweep_store import Store, record_key
 from .tables import differ, markdown, write_outputs
 from .toolrun import stream, tail
@@ -257,6 +257,7 @@ def fit_sequences(model: Path, configs: list[CacheConfig], seq_ctx: int, budget:
 
 def check_spec(spec: BenchSpec) -> None:
     """Bad input as one-line errors, before anything runs."""
+    check_gpu_pairs(spec.binary, spec.n_gpu_layers, spec.configs)
     if not spec.model.exists():
         raise TqError(f"model file not found: {spec.model}", "give a GGUF with -m")
     if not spec.model.is_file():

@@ -15,6 +15,9 @@ from .gguf_check import ModelFacts
 
 TURBO = ("turbo2", "turbo3", "turbo4")
 REPORT_TYPES = ("f16", "q8_0", "q4_0", "turbo4", "turbo3", "turbo2")
+# Cache types that have CUDA/HIP flash-attention kernels together with a turbo type (patch 0011)
+GPU_TURBO_PARTNERS = ("f16", "q8_0", "turbo2", "turbo3", "turbo4")
+GPU_BACKENDS = ("cuda", "hip")
 
 
 @dataclass
@@ -96,3 +99,21 @@ def config_effective(facts: ModelFacts, k: str, v: str, flash_attn: bool = True)
     ek = vk.effective or k
     ev = (vv.effective or v) if not facts.mla else ek
     return ek, ev, None
+
+
+def gpu_pair_error(k: str, v: str) -> str | None:
+    """Why a K/V pair cannot run flash attention on a CUDA/HIP device of the patched build, or None.
+
+    A turbo type pairs with f16, q8_0 or a turbo type there; any other partner (q4_0, q5_1, bf16, ...) has no
+    kernel, and llama.cpp would quietly run that layer's attention on the CPU and copy the cache every token."""
+    if (k in TURBO or v in TURBO) and (k not in GPU_TURBO_PARTNERS or v not in GPU_TURBO_PARTNERS):
+        return (f"K {k} / V {v} has no CUDA/HIP flash-attention kernel: a turbo cache pairs with "
+                f"{', '.join(GPU_TURBO_PARTNERS)} on the GPU, otherwise attention runs on the CPU and the cache is "
+                "copied every token")
+    return None
+
+
+def gpu_offload(backends: list[str] | None, n_gpu_layers: str | int | None) -> bool:
+    """Whether a run of a build with `backends` and `-ngl n_gpu_layers` puts layers on a CUDA/HIP device
+    (llama.cpp offloads all layers by default)."""
+    return any(b in GPU_BACKENDS for b in backends or []) and str(n_gpu_layers) != "0"

@@ -24,7 +24,7 @@ from . import __version__
 from .errors import EXIT_WARN, TqError
 from .paths import cache_dir
 from .perplexity import CacheConfig, PplResult, parse_output
-from .runinfo import build_hash, build_summary, device, file_sha256
+from .runinfo import build_hash, build_summary, check_gpu_pairs, device, file_sha256
 from .sweep_store import Store, record_key
 from .tables import differ, fmt_g, fmt_pm, markdown, write_outputs
 from .toolrun import stream, tail
@@ -188,6 +188,7 @@ def _result_dict(r: PplResult) -> dict:
 
 def check_spec(spec: PplSpec) -> None:
     """Bad input as one-line errors, before anything runs."""
+    check_gpu_pairs(spec.binary, spec.n_gpu_layers, spec.configs)
     for what, p in (("model", spec.model), ("text", spec.text)):
         if not p.exists():
             raise TqError(f"{what} file not found: {p}", "give a GGUF with -m" if what == "model" else "give a text file with -f")

@@ -130,3 +130,17 @@ def device(binary: Path | None = None, n_gpu_layers: str | None = None) -> str:
             return ", ".join(names) + f" ({'+'.join(gpu)})"
         return f"{'+'.join(gpu)} GPU"
     return f"{cpu_name()} ({os.cpu_count()} cores)"
+
+
+def check_gpu_pairs(binary: Path | None, n_gpu_layers, configs) -> None:
+    """Refuse cache configs that a GPU build would run on the CPU (kvcompat.gpu_pair_error), before any run."""
+    from .kvcompat import gpu_offload, gpu_pair_error
+
+    backends = (manifest_of(binary) or {}).get("backends", []) if binary else []
+    if not gpu_offload(backends, n_gpu_layers):
+        return
+    for c in configs:
+        for v in {c.v, c.boundary_type if c.boundary_n else c.v}:
+            err = gpu_pair_error(c.k, v)
+            if err:
+                raise TqError(f"config {c.label}: {err}", "use q8_0 or f16 as the partner of a turbo type, or -ngl 0")

@@ -190,6 +190,12 @@ def precheck(req: ServeRequest) -> Plan:
     ek, ev, err = kvcompat.config_effective(facts, req.k, req.v, fa)
     if err:
         raise TqError(f"this request cannot work with {path.name}: {err}", "see `tqgguf check` for what the model supports")
+    if kvcompat.gpu_offload(req.backends, req.n_gpu_layers):
+        for kt, vt in {(ek, ev), (ek, req.boundary_type if req.boundary_n > 0 else ev)}:
+            gerr = kvcompat.gpu_pair_error(kt, vt)
+            if gerr:
+                raise TqError(f"this request cannot run on the GPU: {gerr}",
+                              "use q8_0 or f16 as the partner of a turbo type, or -ngl 0 to run on the CPU")
     notes = []
     if (ek, ev) != (req.k, req.v):
         msg = f"llama.cpp would use K {ek} / V {ev} instead of the requested K {req.k} / V {req.v} for {path.name}"
