@@ -26,7 +26,7 @@ log() { echo "[$(date +%H:%M:%S)] $*" | tee -a "$OUT/steps.log"; }
 
 device_info() {
     { echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-      echo "commit: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+      echo "tqgguf commit: $(cat "$ROOT/.h200/commit.txt" 2>/dev/null || echo unknown)"
       nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv,noheader 2>/dev/null
       nvcc --version | tail -1
       echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs) x $(nproc)"

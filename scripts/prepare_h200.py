@@ -5,6 +5,7 @@ Writes (default) .h200/ in the repository root, which .gitignore lists:
   .h200/llama.cpp/     the pinned tree with the patch series applied, without docs/, .git and models/
                        except the vocab file `tqgguf synth` uses; gguf-py stays (synth imports it there)
   .h200/cmake-args.txt the CMake arguments of `tqgguf build --backend cuda --cuda-arch 90`, one per line
+  .h200/commit.txt     the tqgguf commit the tree was prepared from
 
 Then scripts/h200_run.sh builds, synthesizes the models, checks every turbo op against the CPU backend with
 test-backend-ops and measures speed; call it through the device tool with carry [".h200"]:
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import subprocess
 import sys
 import tarfile
 import tempfile
@@ -79,6 +81,11 @@ def main(argv: list[str] | None = None) -> int:
     shutil.copytree(work, dest, ignore=ignore, symlinks=True)
     spec = BuildSpec(backends=["cuda"], cuda_arch=args.cuda_arch)
     (args.out / "cmake-args.txt").write_text("\n".join(cmake_args(spec)) + "\n")
+    # the device copy of the repository may not carry git history: record what the tree was made from
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "patches"], capture_output=True,
+                           text=True).stdout.strip()
+    (args.out / "commit.txt").write_text(f"{head.stdout.strip() or 'unknown'}{' (patches modified)' if dirty else ''}\n")
 
     size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
     print(f"wrote {dest}: {size / 2**20:.1f} MiB, {packed_mib(dest):.1f} MiB packed; "

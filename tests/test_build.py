@@ -13,6 +13,8 @@ from tqgguf.build import SMOKE, BuildSpec, cmake_args, run_build
 from tqgguf.errors import TqError
 from tqgguf.progress import error_lines, parse_line
 
+REPO = Path(__file__).resolve().parent.parent
+
 DATA = Path(__file__).parent / "data"
 
 COMMON = [
@@ -97,3 +99,29 @@ def test_print_bin(cpu_build):
     r = subprocess.run([sys.executable, "-m", "tqgguf", "build", "--print-bin", "no-such-tool"],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "Traceback" not in r.stderr and "not in the build" in r.stderr
+
+
+@pytest.mark.build
+def test_prepare_h200_slim_tree(cpu_build, tmp_path):
+    """scripts/prepare_h200.py: the patched tree fits a device run (under 60 MiB) and still has what the run needs."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("prepare_h200", REPO / "scripts" / "prepare_h200.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "h200"
+    assert mod.main(["--out", str(out)]) == 0
+    tree = out / "llama.cpp"
+    assert (tree / "CMakeLists.txt").is_file()
+    assert sorted(p.name for p in (tree / "models").iterdir()) == ["ggml-vocab-llama-bpe.gguf"]
+    assert (tree / "gguf-py" / "gguf" / "constants.py").is_file()
+    assert "TURBO3_0" in (tree / "gguf-py" / "gguf" / "constants.py").read_text()  # patched
+    assert (tree / "ggml" / "src" / "ggml-cuda" / "fattn-turbo.cuh").is_file()
+    assert len(list((tree / "ggml" / "src" / "ggml-cuda" / "template-instances").glob("fattn-turbo-instance-*.cu"))) == 21
+    for gone in ("docs", ".git", "examples", "tools/ui", "ggml/src/ggml-vulkan"):
+        assert not (tree / gone).exists(), gone
+    args = (out / "cmake-args.txt").read_text().split()
+    assert "-DGGML_CUDA=ON" in args and "-DCMAKE_CUDA_ARCHITECTURES=90" in args
+    assert (out / "commit.txt").read_text().strip()
+    size = sum(p.stat().st_size for p in tree.rglob("*") if p.is_file())
+    assert size < 60 * 2**20
