@@ -617,6 +617,37 @@ def _chunk_progress():
                     console=err, transient=True)
 
 
+def _fail_printer(progress, tasks: dict, with_label: bool = False):
+    """Events.fail for the sweeps: drop the config's progress bar and print the failure in one line."""
+    from rich.markup import escape
+
+    def fail(label: str, message: str) -> None:
+        if label in tasks:
+            progress.remove_task(tasks.pop(label))
+        text = f"{label}: {message}" if with_label else message
+        err.print(f"[bold red]failed:[/] {escape(text)}", highlight=False, soft_wrap=True)
+    return fail
+
+
+def _skip_label(label: str) -> None:
+    from rich.markup import escape
+
+    err.print(escape(f"{label:<18} already measured, skipped"), style="dim", highlight=False)
+
+
+def _print_report(paths: dict, as_json: bool, markdown) -> None:
+    """A sweep's result on stdout (its JSON file with --json, else `markdown()`), then where the files went."""
+    if as_json:
+        print(json.dumps(json.loads(paths["json"].read_text()), indent=1))
+    else:
+        print(markdown(), end="")
+    _log(f"wrote {', '.join(str(p) for p in paths.values())}")
+
+
+def _without_title(md: str) -> str:
+    return md[md.index("\n\n") + 2:]
+
+
 @app.command(context_settings={"allow_extra_args": True})
 @_cli
 def ppl(
@@ -698,22 +729,11 @@ def ppl(
             err.print(escape(f"{r.config:<18} already measured ({what}), skipped"), style="dim", highlight=False,
                       soft_wrap=True)
 
-        def fail(label: str, message: str) -> None:
-            if label in tasks:
-                progress.remove_task(tasks.pop(label))
-            err.print(f"[bold red]failed:[/] {escape(message)}", highlight=False, soft_wrap=True)
+        sweep = run_sweep(spec, Events(start=start, chunk=chunk, done=done, skip=skip,
+                                       fail=_fail_printer(progress, tasks), info=_log))
+    from .ppl_sweep import NOTES
 
-        sweep = run_sweep(spec, Events(start=start, chunk=chunk, done=done, skip=skip, fail=fail, info=_log))
-    paths = write_report(sweep, plot)
-    if as_json:
-        print(json.dumps(json.loads(paths["json"].read_text()), indent=1))
-    else:
-        from .ppl_sweep import NOTES
-
-        print(markdown_table(sweep.rows))
-        print()
-        print(NOTES, end="")
-    _log(f"wrote {', '.join(str(p) for p in paths.values())}")
+    _print_report(write_report(sweep, plot), as_json, lambda: markdown_table(sweep.rows) + "\n\n" + NOTES)
     if sweep.failed:
         err.print(f"[bold red]error:[/] {len(sweep.failed)} config(s) failed: {', '.join(sweep.failed)} "
                   f"(logs in {spec.out / 'logs'}); a rerun retries them", highlight=False)
@@ -812,22 +832,9 @@ def bench(
                                                          if not r.test.endswith((" pp", " tg")))),
                       highlight=False, soft_wrap=True)
 
-        def skip(label: str) -> None:
-            err.print(escape(f"{label:<18} already measured, skipped"), style="dim", highlight=False)
-
-        def fail(label: str, message: str) -> None:
-            if label in tasks:
-                progress.remove_task(tasks.pop(label))
-            err.print(f"[bold red]failed:[/] {escape(message)}", highlight=False, soft_wrap=True)
-
-        res = run_bench_sweep(spec, Events(start=start, test=test, done=done, skip=skip, fail=fail, info=_log))
-    paths = write_report(res, plot)
-    if as_json:
-        print(json.dumps(json.loads(paths["json"].read_text()), indent=1))
-    else:
-        md = report_markdown(res)
-        print(md[md.index("\n\n") + 2:], end="")  # without the title
-    _log(f"wrote {', '.join(str(p) for p in paths.values())}")
+        res = run_bench_sweep(spec, Events(start=start, test=test, done=done, skip=_skip_label,
+                                           fail=_fail_printer(progress, tasks), info=_log))
+    _print_report(write_report(res, plot), as_json, lambda: _without_title(report_markdown(res)))
     if res.failed:
         err.print(f"[bold red]error:[/] {len(res.failed)} config(s) failed: {', '.join(res.failed)}", highlight=False)
     raise typer.Exit(res.exit_code)
@@ -922,22 +929,9 @@ def niah(
                              f"({r['passphrase']}; answer {r['answer'][:60]!r}, {r['seconds']:.0f} s)"),
                       highlight=False, soft_wrap=True)
 
-        def skip(label: str) -> None:
-            err.print(escape(f"{label:<18} already measured, skipped"), style="dim", highlight=False)
-
-        def fail(label: str, message: str) -> None:
-            if label in tasks:
-                progress.remove_task(tasks.pop(label))
-            err.print(f"[bold red]failed:[/] {escape(label)}: {escape(message)}", highlight=False, soft_wrap=True)
-
-        res = run_niah(spec, Events(start=start, server=server, answer=answer, skip=skip, fail=fail, info=_log))
-    paths = write_report(res, plot)
-    if as_json:
-        print(json.dumps(json.loads(paths["json"].read_text()), indent=1))
-    else:
-        md = report_markdown(res)
-        print(md[md.index("\n\n") + 2:], end="")
-    _log(f"wrote {', '.join(str(p) for p in paths.values())}")
+        res = run_niah(spec, Events(start=start, server=server, answer=answer, skip=_skip_label,
+                                    fail=_fail_printer(progress, tasks, with_label=True), info=_log))
+    _print_report(write_report(res, plot), as_json, lambda: _without_title(report_markdown(res)))
     if res.failed:
         err.print(f"[bold red]error:[/] {len(res.failed)} config(s) failed: {', '.join(res.failed)}", highlight=False)
     raise typer.Exit(res.exit_code)
