@@ -44,13 +44,13 @@ def test_cache_config():
 
 
 def test_bench_jsonl_and_ratio_table():
-    from tqgguf.bench import parse_jsonl, ratio_table
+    from tqgguf.bench_sweep import add_ratios, bench_table, parse_bench_jsonl
 
     line = ('{"build_commit": "0c1e570", "cpu_info": "Test CPU", "gpu_info": "", "n_threads": 2, "type_k": "%s", '
             '"type_v": "%s", "n_prompt": %d, "n_gen": %d, "n_depth": %d, "avg_ts": %f, "stddev_ts": 0.5}')
-    rows = parse_jsonl("f16", "noise\n" + line % ("f16", "f16", 512, 0, 4096, 100.0) + "\n"
-                       + line % ("f16", "f16", 0, 64, 4096, 40.0))
-    rows += parse_jsonl("turbo3", line % ("turbo3", "turbo3", 0, 64, 4096, 36.0))
+    rows = parse_bench_jsonl("f16", "noise\n" + line % ("f16", "f16", 512, 0, 4096, 100.0) + "\n"
+                             + line % ("f16", "f16", 0, 64, 4096, 40.0))
+    rows += parse_bench_jsonl("turbo3", line % ("turbo3", "turbo3", 0, 64, 4096, 36.0))
     assert [(r.test, r.depth) for r in rows] == [("pp512", 4096), ("tg64", 4096), ("tg64", 4096)]
-    table = ratio_table(rows, refs=("f16",))
-    assert "| turbo3 | tg64 | 4096 | 36.00 ± 0.50 | 0.90 |" in table
+    add_ratios(rows)
+    assert "| turbo3 | tg64 | 4096 | 36.00 ± 0.50 | 0.90" in bench_table(rows)
