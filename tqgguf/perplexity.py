@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -127,21 +126,6 @@ def parse_output(config: str, text: str) -> PplResult:
     return res
 
 
-def _tail(text: str, n: int = 3) -> str:
-    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
-    return " | ".join(lines[-n:])
-
-
-def run_tool(cmd: list[str], what: str, timeout: float | None = None) -> subprocess.CompletedProcess:
-    """Run a llama.cpp tool, capturing its output; a time-out or a missing binary is a TqError."""
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, errors="replace")
-    except subprocess.TimeoutExpired:
-        raise TqError(f"{what} timed out after {timeout} s", code=1) from None
-    except OSError as e:
-        raise TqError(f"cannot run {cmd[0]}: {e.strerror}", "run `tqgguf build` first") from None
-
-
 def run_perplexity(binary: Path, model: Path, text: Path, config: CacheConfig, ctx: int = 512,
                    chunks: int | None = None, threads: int | None = None, kld_base: Path | None = None,
                    save_base: Path | None = None, extra: list[str] | None = None, timeout: float | None = None) -> PplResult:
@@ -159,8 +143,10 @@ def run_perplexity(binary: Path, model: Path, text: Path, config: CacheConfig, c
     if threads:
         cmd += ["-t", str(threads)]
     cmd += extra or []
-    r = run_tool(cmd, f"llama-perplexity for {config.label}", timeout)
+    from .toolrun import stream, tail
+
+    r = stream(cmd, f"llama-perplexity for {config.label}", timeout=timeout)
     log = r.stdout + r.stderr
     if r.returncode != 0:
-        raise TqError(f"llama-perplexity failed for {config.label} (exit {r.returncode}): {_tail(log)}", code=1)
+        raise TqError(f"llama-perplexity failed for {config.label} (exit {r.returncode}): {tail(log)}", code=1)
     return parse_output(config.label, log)
