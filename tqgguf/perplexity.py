@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import TqError
+from .toolrun import stream, tail
 
 _NUM = r"([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|inf))"
 _PM = rf"{_NUM}\s*(?:±|\+/-)\s*{_NUM}"
@@ -107,7 +108,7 @@ def parse_output(config: str, text: str) -> PplResult:
         return PplResult(config, _f(m.group(1)), _f(m.group(2)), kv_mib, kv_k, kv_v, log=text)
     q = re.search(r"Mean PPL\(Q\)\s*:\s*" + _PM, text)
     if not q:
-        raise TqError(f"no perplexity result in the output of {config}: {_tail(text)}", code=1)
+        raise TqError(f"no perplexity result in the output of {config}: {tail(text)}", code=1)
     res = PplResult(config, _f(q.group(1)), _f(q.group(2)), kv_mib, kv_k, kv_v, log=text)
     if (m := re.search(r"Mean PPL\(Q\)/PPL\(base\)\s*:\s*" + _PM, text)):
         res.ppl_ratio, res.ppl_ratio_err = _f(m.group(1)), _f(m.group(2))
@@ -143,8 +144,6 @@ def run_perplexity(binary: Path, model: Path, text: Path, config: CacheConfig, c
     if threads:
         cmd += ["-t", str(threads)]
     cmd += extra or []
-    from .toolrun import stream, tail
-
     r = stream(cmd, f"llama-perplexity for {config.label}", timeout=timeout)
     log = r.stdout + r.stderr
     if r.returncode != 0:
