@@ -16,7 +16,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from . import __version__
 from .errors import EXIT_WARN, TqError
@@ -50,9 +50,8 @@ class SpeedRow:
         return asdict(self)
 
 
-def parse_bench_jsonl(config: str, text: str) -> list[SpeedRow]:
-    """llama-bench -o jsonl: one object per test (pp or tg at a depth)."""
-    rows = []
+def _json_objects(text: str) -> Iterator[dict]:
+    """The JSON objects of a tool's jsonl output, one per line; log lines and a line cut by a kill are skipped."""
     for line in text.splitlines():
         line = line.strip()
         if not line.startswith("{"):
@@ -60,7 +59,15 @@ def parse_bench_jsonl(config: str, text: str) -> list[SpeedRow]:
         try:
             d = json.loads(line)
         except ValueError:
-            continue  # a line cut by a kill
+            continue
+        if isinstance(d, dict):
+            yield d
+
+
+def parse_bench_jsonl(config: str, text: str) -> list[SpeedRow]:
+    """llama-bench -o jsonl: one object per test (pp or tg at a depth)."""
+    rows = []
+    for d in _json_objects(text):
         if "avg_ts" not in d:
             continue
         test = f"pp{d['n_prompt']}" if d.get("n_prompt") and not d.get("n_gen") else f"tg{d['n_gen']}"
@@ -75,14 +82,7 @@ def parse_batched_jsonl(config: str, text: str) -> list[SpeedRow]:
     """llama-batched-bench --output-format jsonl: one object per (pp, tg, pl). Three rows each: the aggregate
     speed over prompt and generation ("all"), prefill ("pp") and decode ("tg") tokens/s of all sequences."""
     rows = []
-    for line in text.splitlines():
-        line = line.strip()
-        if not line.startswith("{"):
-            continue
-        try:
-            d = json.loads(line)
-        except ValueError:
-            continue
+    for d in _json_objects(text):
         if "speed" not in d:
             continue
         base = f"pp{d['pp']}+tg{d['tg']}"
