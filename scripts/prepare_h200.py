@@ -6,6 +6,7 @@ Writes (default) .h200/ in the repository root, which .gitignore lists:
                        except the vocab file `tqgguf synth` uses; gguf-py stays (synth imports it there)
   .h200/cmake-args.txt the CMake arguments of `tqgguf build --backend cuda --cuda-arch 90`, one per line
   .h200/commit.txt     the tqgguf commit the tree was prepared from
+  .h200/wiki-300k.txt  300 kB of ../shared/data/wikitext-2-raw-test.txt (parity and diag steps), when present
 
 Then scripts/h200_run.sh builds, synthesizes the models, checks every turbo op against the CPU backend with
 test-backend-ops and measures speed; call it through the device tool with carry [".h200"]:
@@ -86,6 +87,16 @@ def main(argv: list[str] | None = None) -> int:
     dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "patches"], capture_output=True,
                            text=True).stdout.strip()
     (args.out / "commit.txt").write_text(f"{head.stdout.strip() or 'unknown'}{' (patches modified)' if dirty else ''}\n")
+
+    # the text h200_run.sh's parity and diag steps read: 300 kB of WikiText-2 when ../shared/data has it
+    wiki = ROOT.parent / "shared" / "data" / "wikitext-2-raw-test.txt"
+    excerpt = args.out / "wiki-300k.txt"
+    if wiki.is_file():
+        excerpt.write_bytes(wiki.read_bytes()[:300_000])
+    else:
+        excerpt.unlink(missing_ok=True)
+        print(f"note: {wiki} not found; {excerpt.name} not written (the parity and diag steps need a text there)",
+              file=sys.stderr)
 
     size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
     print(f"wrote {dest}: {size / 2**20:.1f} MiB, {packed_mib(dest):.1f} MiB packed; "
