@@ -117,11 +117,17 @@ def test_prepare_h200_slim_tree(cpu_build, tmp_path):
     assert (tree / "gguf-py" / "gguf" / "constants.py").is_file()
     assert "TURBO3_0" in (tree / "gguf-py" / "gguf" / "constants.py").read_text()  # patched
     assert (tree / "ggml" / "src" / "ggml-cuda" / "fattn-turbo.cuh").is_file()
+    assert (tree / "ggml" / "src" / "ggml-cuda" / "fattn-turbo-mma.cuh").is_file()
     assert len(list((tree / "ggml" / "src" / "ggml-cuda" / "template-instances").glob("fattn-turbo-instance-*.cu"))) == 21
     for gone in ("docs", ".git", "examples", "tools/ui", "ggml/src/ggml-vulkan"):
         assert not (tree / gone).exists(), gone
     args = (out / "cmake-args.txt").read_text().split()
     assert "-DGGML_CUDA=ON" in args and "-DCMAKE_CUDA_ARCHITECTURES=90" in args
     assert (out / "commit.txt").read_text().strip()
+    wiki = REPO.parent / "shared" / "data" / "wikitext-2-raw-test.txt"
+    if wiki.is_file():  # the parity and diag steps' text: the first 300 kB
+        assert (out / "wiki-300k.txt").read_bytes() == wiki.read_bytes()[:300_000]
+    else:
+        assert not (out / "wiki-300k.txt").exists()
     size = sum(p.stat().st_size for p in tree.rglob("*") if p.is_file())
     assert size < 60 * 2**20
