@@ -7,7 +7,7 @@
 #   bash scripts/h200_run.sh build          configure + build llama-bench, test-backend-ops, llama-perplexity
 #   bash scripts/h200_run.sh ops            test-backend-ops -b CUDA0 on every turbo case (vs the CPU backend)
 #   bash scripts/h200_run.sh parity         KLD of CUDA vs CPU runs of the same config on a synthetic model
-#   bash scripts/h200_run.sh diag           decode time: CUDA graphs on/off, graph splits, ncu per-kernel
+#   bash scripts/h200_run.sh diag           decode time: CUDA graphs on/off, graph splits and split inputs, ncu per-kernel
 #   bash scripts/h200_run.sh bench [R] [DEPTHS] [CONFIGS]
 #                                           llama-bench -fa 1 on the Llama-3-8B shape (q4_0 weights)
 # Steps can be combined: bash scripts/h200_run.sh build ops bench
@@ -107,6 +107,12 @@ step_diag() { # where decode time goes: CUDA graphs, graph splits, per-kernel ti
         done
         "$BIN/llama-perplexity" -m "$m" -f "$ROOT/.h200/wiki-300k.txt" -c 512 --chunks 1 -ngl 99 -fa on -ctk $c -ctv $c 2>&1 \
             | grep -E "graph splits|graph nodes|CUDA0 KV|sched" | sed "s/^/$c /" | tee -a "$OUT/diag.txt"
+    done
+    # inputs the scheduler copies to the GPU per decode step: a handful (embeddings, positions, mask, indices and
+    # one per rotation input); hundreds would mean per-layer host-to-device copies (the views of patch 0006)
+    for c in q8_0 turbo3; do
+        GGML_SCHED_DEBUG=2 "$BIN/llama-bench" -v -m "$m" -ngl 99 -fa 1 -p 0 -n 2 -d 0 -r 1 -ctk $c -ctv $c 2>&1 \
+            | grep -o "SPLIT #[0-9]*: [A-Za-z0-9]* # [0-9]* inputs" | sort -u | sed "s/^/$c /" | tee -a "$OUT/diag.txt"
     done
     if command -v ncu > /dev/null; then
         timeout 240 ncu --clock-control none --print-summary per-kernel --launch-skip 3000 --launch-count 1500 \
