@@ -8,6 +8,8 @@
 #   bash scripts/h200_run.sh ops            test-backend-ops -b CUDA0 on every turbo case (vs the CPU backend)
 #   bash scripts/h200_run.sh parity         KLD of CUDA vs CPU runs of the same config on a synthetic model
 #   bash scripts/h200_run.sh diag           decode time: CUDA graphs on/off, graph splits and split inputs, ncu per-kernel
+#   bash scripts/h200_run.sh profile        ncu sections (occupancy, stalls, memory) of the decode FlashAttention
+#                                           kernel at depth 32768, turbo3 and f16
 #   bash scripts/h200_run.sh bench [R] [DEPTHS] [CONFIGS]
 #                                           llama-bench -fa 1 on the Llama-3-8B shape (q4_0 weights)
 # Steps can be combined: bash scripts/h200_run.sh build ops bench
@@ -121,6 +123,21 @@ step_diag() { # where decode time goes: CUDA graphs, graph splits, per-kernel ti
     fi
 }
 
+step_profile() { # ncu sections of one decode FlashAttention launch at depth 32768: turbo3 (turbo kernel) and f16 (vec)
+    synth l3-8b --preset llama3-8b --weights q4_0
+    command -v ncu > /dev/null || { log "profile: no ncu"; return; }
+    local m=$MODELS/l3-8b.gguf
+    for c in turbo3:flash_attn_ext_turbo f16:flash_attn_ext_vec; do
+        local t=${c%%:*} k=${c##*:}
+        log "profile $t ($k) at d32768"
+        timeout 280 ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \
+            --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
+            -k "regex:$k" --launch-skip 32 --launch-count 1 \
+            "$BIN/llama-bench" -m "$m" -ngl 99 -fa 1 -p 0 -n 2 -d 32768 -r 1 -ctk $t -ctv $t \
+            > "$OUT/ncu-fa-$t-d32768.txt" 2>&1
+    done
+}
+
 device_info
 while [ $# -gt 0 ]; do
     case $1 in
@@ -128,10 +145,11 @@ while [ $# -gt 0 ]; do
         ops)    step_ops; shift ;;
         parity) step_parity; shift ;;
         diag)   step_diag; shift ;;
+        profile) step_profile; shift ;;
         bench)  shift; r=2; d=0,8192,32768; c=f16,q8_0,q4_0,turbo4,turbo3,turbo2,q8_0/turbo4
                 [[ ${1:-} =~ ^[0-9]+$ ]] && { r=$1; shift; }
                 [[ ${1:-} =~ ^[0-9,]+$ ]] && { d=$1; shift; }
-                [[ ${1:-} =~ [a-z] && ! ${1:-} =~ ^(build|ops|parity|bench|diag)$ ]] && { c=$1; shift; }
+                [[ ${1:-} =~ [a-z] && ! ${1:-} =~ ^(build|ops|parity|bench|diag|profile)$ ]] && { c=$1; shift; }
                 step_bench "$r" "$d" "$c" ;;
         *) echo "unknown step $1" >&2; exit 2 ;;
     esac
