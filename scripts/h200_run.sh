@@ -117,7 +117,9 @@ step_diag() { # where decode time goes: CUDA graphs, graph splits, per-kernel ti
             | grep -o "SPLIT #[0-9]*: [A-Za-z0-9]* # [0-9]* inputs" | sort -u | sed "s/^/$c /" | tee -a "$OUT/diag.txt"
     done
     if command -v ncu > /dev/null; then
-        timeout 240 ncu --clock-control none --print-summary per-kernel --launch-skip 3000 --launch-count 1500 \
+        # one metric (one replay pass per kernel): the default sections take 10 passes and do not finish in time
+        timeout 240 ncu --clock-control none --metrics gpu__time_duration.sum --print-summary per-kernel \
+            --launch-skip 3000 --launch-count 1500 \
             "$BIN/llama-bench" -m "$m" -ngl 99 -fa 1 -p 0 -n 32 -d 4096 -r 1 -ctk turbo3 -ctv turbo3 > "$MODELS/ncu.txt" 2>&1
         grep -E "^  [a-zA-Z_].*\(|gpu__time_duration|Duration" "$MODELS/ncu.txt" | head -120 > "$OUT/ncu-summary.txt"
     fi
@@ -130,8 +132,11 @@ step_profile() { # ncu sections of one decode FlashAttention launch at depth 327
     for c in turbo3:flash_attn_ext_turbo f16:flash_attn_ext_vec; do
         local t=${c%%:*} k=${c##*:}
         log "profile $t ($k) at d32768"
+        # InstructionStats and SourceCounters: the instruction mix and where warps stall (the kernel is
+        # issue- and latency-bound, bench/results/cuda-h200-fused)
         timeout 280 ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \
             --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
+            --section InstructionStats --section SourceCounters \
             -k "regex:$k" --launch-skip 32 --launch-count 1 \
             "$BIN/llama-bench" -m "$m" -ngl 99 -fa 1 -p 0 -n 2 -d 32768 -r 1 -ctk $t -ctv $t \
             > "$OUT/ncu-fa-$t-d32768.txt" 2>&1
