@@ -10,6 +10,8 @@
 #   bash scripts/h200_run.sh diag           decode time: CUDA graphs on/off, graph splits and split inputs, ncu per-kernel
 #   bash scripts/h200_run.sh profile        ncu sections (occupancy, stalls, memory) of the decode FlashAttention
 #                                           kernel at depth 32768, turbo3 and f16
+#   bash scripts/h200_run.sh fusion         the K/V rotation fused into SET_ROWS (patch 0014) against the unfused ops:
+#                                           KLD (one KV stream, so that the fusion applies) and decode speed at d0
 #   bash scripts/h200_run.sh bench [R] [DEPTHS] [CONFIGS]
 #                                           llama-bench -fa 1 on the Llama-3-8B shape (q4_0 weights)
 # Steps can be combined: bash scripts/h200_run.sh build ops bench
@@ -85,6 +87,26 @@ step_parity() {
     done
 }
 
+step_fusion() {
+    synth par-hd128 --layers 4 --n-embd 1024 --n-head 8 --n-head-kv 2 --head-dim 128 --weights q8_0
+    synth l3-8b --preset llama3-8b --weights q4_0
+    log "fusion: rotation + SET_ROWS fused vs GGML_CUDA_DISABLE_FUSION=1"
+    local P=$BIN/llama-perplexity
+    # -b = -c: one sequence per batch and so one KV stream; with several streams llama.cpp reshapes the cache
+    # between the rotation and its SET_ROWS, and 0014's matcher does not fuse
+    local common=(-m "$MODELS/par-hd128.gguf" -f "$ROOT/.h200/wiki-300k.txt" -c 256 -b 256 --chunks 8 -fa on -ngl 99 -ub 4)
+    for t in turbo3 turbo4 turbo2; do
+        GGML_CUDA_DISABLE_FUSION=1 "$P" "${common[@]}" -ctk $t -ctv $t --kl-divergence-base "$MODELS/nofuse-$t.kld" > /dev/null 2>&1
+        "$P" "${common[@]}" -ctk $t -ctv $t --kl-divergence-base "$MODELS/nofuse-$t.kld" --kl-divergence 2>&1 \
+            | grep -E "Mean +KLD|Maximum KLD|Same top" | tr -s ' ' | paste -sd ';' \
+            | sed "s/^/fused vs unfused $t: /" | tee -a "$OUT/fusion.txt"
+        for f in 1 0; do
+            GGML_CUDA_DISABLE_FUSION=$f "$BIN/llama-bench" -m "$MODELS/l3-8b.gguf" -ngl 99 -fa 1 -p 0 -n 128 -d 0 -r 3 \
+                -ctk $t -ctv $t -o jsonl 2>/dev/null | sed "s/^{/{\"disable_fusion\": $f, /" >> "$OUT/fusion-bench.jsonl"
+        done
+    done
+}
+
 step_bench() { # reps, depths, configs
     local reps=${1:-2} depths=${2:-0,8192,32768} configs=${3:-f16,q8_0,q4_0,turbo4,turbo3,turbo2,q8_0/turbo4}
     synth l3-8b --preset llama3-8b --weights q4_0
@@ -151,10 +173,11 @@ while [ $# -gt 0 ]; do
         parity) step_parity; shift ;;
         diag)   step_diag; shift ;;
         profile) step_profile; shift ;;
+        fusion) step_fusion; shift ;;
         bench)  shift; r=2; d=0,8192,32768; c=f16,q8_0,q4_0,turbo4,turbo3,turbo2,q8_0/turbo4
                 [[ ${1:-} =~ ^[0-9]+$ ]] && { r=$1; shift; }
                 [[ ${1:-} =~ ^[0-9,]+$ ]] && { d=$1; shift; }
-                [[ ${1:-} =~ [a-z] && ! ${1:-} =~ ^(build|ops|parity|bench|diag|profile)$ ]] && { c=$1; shift; }
+                [[ ${1:-} =~ [a-z] && ! ${1:-} =~ ^(build|ops|parity|bench|diag|profile|fusion)$ ]] && { c=$1; shift; }
                 step_bench "$r" "$d" "$c" ;;
         *) echo "unknown step $1" >&2; exit 2 ;;
     esac
