@@ -52,6 +52,9 @@ step_build() {
     echo "build_seconds: $((t1 - t0))" >> "$OUT/device.txt"
 }
 
+# the small hd128 GQA-4 model of the parity and fusion steps
+PAR_MODEL_ARGS=(--layers 4 --n-embd 1024 --n-head 8 --n-head-kv 2 --head-dim 128 --weights q8_0)
+
 synth() { # name, args...
     local name=$1; shift
     [ -f "$MODELS/$name.gguf" ] || python3 -m tqgguf synth -o "$MODELS/$name.gguf" --source "$SRC" --fast "$@" > /dev/null
@@ -69,7 +72,7 @@ step_ops() {
 
 step_parity() {
     log "parity: CPU vs CUDA perplexity/KLD on a synthetic hd128 GQA-4 model"
-    synth par-hd128 --layers 4 --n-embd 1024 --n-head 8 --n-head-kv 2 --head-dim 128 --weights q8_0
+    synth par-hd128 "${PAR_MODEL_ARGS[@]}"
     local m=$MODELS/par-hd128.gguf txt=$ROOT/.h200/wiki-300k.txt P=$BIN/llama-perplexity
     local common=(-m "$m" -f "$txt" -c 256 --chunks 8 -fa on -t "$(nproc)")
     for t in f16 turbo3 turbo4 turbo2; do
@@ -88,7 +91,7 @@ step_parity() {
 }
 
 step_fusion() {
-    synth par-hd128 --layers 4 --n-embd 1024 --n-head 8 --n-head-kv 2 --head-dim 128 --weights q8_0
+    synth par-hd128 "${PAR_MODEL_ARGS[@]}"
     synth l3-8b --preset llama3-8b --weights q4_0
     log "fusion: rotation + SET_ROWS fused vs GGML_CUDA_DISABLE_FUSION=1"
     local P=$BIN/llama-perplexity
