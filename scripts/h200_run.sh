@@ -10,6 +10,8 @@
 #   bash scripts/h200_run.sh diag           decode time: CUDA graphs on/off, graph splits and split inputs, ncu per-kernel
 #   bash scripts/h200_run.sh profile        ncu sections (occupancy, stalls, memory) of the decode FlashAttention
 #                                           kernel at depth 32768, turbo3 and f16
+#   bash scripts/h200_run.sh kernels        ncu time of each decode FlashAttention and combine launch at depth 32768
+#                                           (after llama-bench's warm-up), turbo3 and f16
 #   bash scripts/h200_run.sh fusion         the K/V rotation fused into SET_ROWS (patch 0014) against the unfused ops:
 #                                           KLD (one KV stream, so that the fusion applies) and decode speed at d0
 #   bash scripts/h200_run.sh bench [R] [DEPTHS] [CONFIGS]
@@ -168,6 +170,25 @@ step_profile() { # ncu sections of one decode FlashAttention launch at depth 327
     done
 }
 
+step_kernels() { # per-launch time of the decode attention kernels at depth 32768 (FlashAttention + combine)
+    synth l3-8b --preset llama3-8b --weights q4_0
+    command -v ncu > /dev/null || { log "kernels: no ncu"; return; }
+    for c in turbo3:flash_attn_ext_turbo f16:flash_attn_ext_vec; do
+        local t=${c%%:*} k=${c##*:}
+        log "kernels $t at d32768"
+        # the first 64 matching launches are llama-bench's warm-up at short context; the depth prefill uses
+        # other kernels, so the next ones are decode steps at depth 32768
+        timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum -k "regex:$k|flash_attn_combine" \
+            --launch-skip 64 --launch-count 64 \
+            "$BIN/llama-bench" -m "$MODELS/l3-8b.gguf" -ngl 99 -fa 1 -p 0 -n 4 -d 32768 -r 1 -ctk $t -ctv $t \
+            > "$OUT/ncu-kernels-$t-d32768.txt" 2>&1
+        grep -E "^  [a-zA-Z_].*\(|gpu__time_duration" "$OUT/ncu-kernels-$t-d32768.txt" \
+            | sed -E 's/\(const char.*//; s/\(const float.*//' | paste - - | awk '{print $1, $2, $(NF)}' \
+            | sort | awk '{n[$1" "$2]++; s[$1" "$2]+=$3} END {for (k in n) printf "%s: %d launches, mean %.2f us\n", k, n[k], s[k]/n[k]}' \
+            | sed "s/^/$t /" | tee -a "$OUT/kernels.txt"
+    done
+}
+
 device_info
 while [ $# -gt 0 ]; do
     case $1 in
@@ -176,11 +197,12 @@ while [ $# -gt 0 ]; do
         parity) step_parity; shift ;;
         diag)   step_diag; shift ;;
         profile) step_profile; shift ;;
+        kernels) step_kernels; shift ;;
         fusion) step_fusion; shift ;;
         bench)  shift; r=2; d=0,8192,32768; c=f16,q8_0,q4_0,turbo4,turbo3,turbo2,q8_0/turbo4
                 [[ ${1:-} =~ ^[0-9]+$ ]] && { r=$1; shift; }
                 [[ ${1:-} =~ ^[0-9,]+$ ]] && { d=$1; shift; }
-                [[ ${1:-} =~ [a-z] && ! ${1:-} =~ ^(build|ops|parity|bench|diag|profile|fusion)$ ]] && { c=$1; shift; }
+                [[ ${1:-} =~ [a-z] && ! ${1:-} =~ ^(build|ops|parity|bench|diag|profile|kernels|fusion)$ ]] && { c=$1; shift; }
                 step_bench "$r" "$d" "$c" ;;
         *) echo "unknown step $1" >&2; exit 2 ;;
     esac
