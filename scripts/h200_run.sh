@@ -189,6 +189,8 @@ step_kernels() { # per-launch time of the decode attention kernels at depth 3276
     done
 }
 
+STEPS='build|ops|parity|bench|diag|profile|kernels|fusion' # the step names, for bench's optional arguments
+
 device_info
 while [ $# -gt 0 ]; do
     case $1 in
@@ -199,10 +201,10 @@ while [ $# -gt 0 ]; do
         profile) step_profile; shift ;;
         kernels) step_kernels; shift ;;
         fusion) step_fusion; shift ;;
-        bench)  shift; r=2; d=0,8192,32768; c=f16,q8_0,q4_0,turbo4,turbo3,turbo2,q8_0/turbo4
+        bench)  shift; r=; d=; c=   # empty: step_bench's defaults
                 [[ ${1:-} =~ ^[0-9]+$ ]] && { r=$1; shift; }
                 [[ ${1:-} =~ ^[0-9,]+$ ]] && { d=$1; shift; }
-                [[ ${1:-} =~ [a-z] && ! ${1:-} =~ ^(build|ops|parity|bench|diag|profile|kernels|fusion)$ ]] && { c=$1; shift; }
+                [[ ${1:-} =~ [a-z] && ! ${1:-} =~ ^($STEPS)$ ]] && { c=$1; shift; }
                 step_bench "$r" "$d" "$c" ;;
         *) echo "unknown step $1" >&2; exit 2 ;;
     esac
