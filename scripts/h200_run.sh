@@ -12,6 +12,8 @@
 #                                           kernel at depth 32768, turbo3 and f16
 #   bash scripts/h200_run.sh kernels        ncu time of each decode FlashAttention and combine launch at depth 32768
 #                                           (after llama-bench's warm-up), turbo3 and f16
+#   bash scripts/h200_run.sh census         every kernel of a decode step at depth 0 (ncu), per token: f16, turbo3 and
+#                                           q8_0/turbo4 (shows which fusions ran and where the time goes)
 #   bash scripts/h200_run.sh fusion         the K/V rotation fused into SET_ROWS (patch 0014) against the unfused ops:
 #                                           KLD (one KV stream, so that the fusion applies) and decode speed at d0
 #   bash scripts/h200_run.sh bench [R] [DEPTHS] [CONFIGS]
@@ -189,7 +191,33 @@ step_kernels() { # per-launch time of the decode attention kernels at depth 3276
     done
 }
 
-STEPS='build|ops|parity|bench|diag|profile|kernels|fusion' # the step names, for bench's optional arguments
+step_census() { # every kernel of a decode step at depth 0, per token (launches and GPU time), f16 against turbo configs
+    synth l3-8b --preset llama3-8b --weights q4_0
+    command -v ncu > /dev/null || { log "census: no ncu"; return; }
+    for c in f16 turbo3 q8_0/turbo4; do
+        local k=${c%%/*} v=${c##*/} f=$OUT/census-${c//\//-}.txt
+        log "census $c at d0"
+        # llama-bench's warm-up and the first tokens are skipped; 1200 launches are 2-3 decode steps of 32 layers
+        timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum --launch-skip 1500 --launch-count 1200 \
+            "$BIN/llama-bench" -m "$MODELS/l3-8b.gguf" -ngl 99 -fa 1 -p 0 -n 12 -d 0 -r 1 -ctk "$k" -ctv "$v" > "$MODELS/ncu-census.txt" 2>&1
+        grep -E "^  [a-zA-Z_].*\(|gpu__time_duration" "$MODELS/ncu-census.txt" | paste - - | python3 -c '
+import collections, re, sys
+n = collections.Counter(); t = collections.Counter()
+for line in sys.stdin:
+    name = re.sub(r"^(void )?", "", line.strip()).split("(")[0]
+    unit, val = line.split()[-2:]
+    n[name] += 1; t[name] += float(val.replace(",", "")) * {"ns": 1e-3, "us": 1.0, "ms": 1e3}[unit]
+tokens = sum(v for k, v in n.items() if k.startswith("flash_attn_ext")) / 32  # one attention launch per layer
+print(f"tokens: {tokens:.2f} (attention launches / 32 layers)")
+print(f"per token: {sum(n.values()) / tokens:.0f} launches, {sum(t.values()) / tokens:.0f} us of kernel time")
+for k, v in sorted(t.items(), key=lambda kv: -kv[1]):
+    print(f"{v / tokens:9.1f} us {n[k] / tokens:6.1f} x  {k}")
+' > "$f"
+        head -2 "$f" | sed "s|^|$c |" | tee -a "$OUT/steps.log"
+    done
+}
+
+STEPS='build|ops|parity|bench|diag|profile|kernels|census|fusion' # the step names, for bench's optional arguments
 
 device_info
 while [ $# -gt 0 ]; do
@@ -200,6 +228,7 @@ while [ $# -gt 0 ]; do
         diag)   step_diag; shift ;;
         profile) step_profile; shift ;;
         kernels) step_kernels; shift ;;
+        census) step_census; shift ;;
         fusion) step_fusion; shift ;;
         bench)  shift; r=; d=; c=   # empty: step_bench's defaults
                 [[ ${1:-} =~ ^[0-9]+$ ]] && { r=$1; shift; }
