@@ -14,8 +14,9 @@
 #                                           (after llama-bench's warm-up), turbo3 and f16
 #   bash scripts/h200_run.sh census         every kernel of a decode step at depth 0 (ncu), per token: f16, turbo3 and
 #                                           q8_0/turbo4 (shows which fusions ran and where the time goes)
-#   bash scripts/h200_run.sh fusion         the K/V rotation fused into SET_ROWS (patch 0014) against the unfused ops:
-#                                           KLD (one KV stream, so that the fusion applies) and decode speed at d0
+#   bash scripts/h200_run.sh fusion         the rotations fused into SET_ROWS (0014) and into the attention (0015)
+#                                           against the unfused ops: KLD (one KV stream, so that 0014's fusion
+#                                           applies; -ub 4, so that the decode kernel runs) and decode speed at d0
 #   bash scripts/h200_run.sh bench [R] [DEPTHS] [CONFIGS]
 #                                           llama-bench -fa 1 on the Llama-3-8B shape (q4_0 weights)
 # Steps can be combined: bash scripts/h200_run.sh build ops bench
@@ -97,7 +98,7 @@ step_parity() {
 step_fusion() {
     synth par-hd128 "${PAR_MODEL_ARGS[@]}"
     synth l3-8b --preset llama3-8b --weights q4_0
-    log "fusion: rotation + SET_ROWS fused vs GGML_CUDA_DISABLE_FUSION=1"
+    log "fusion: rotations fused into SET_ROWS and the attention vs GGML_CUDA_DISABLE_FUSION=1"
     local P=$BIN/llama-perplexity
     # -b = -c: one sequence per batch and so one KV stream; with several streams llama.cpp reshapes the cache
     # between the rotation and its SET_ROWS, and 0014's matcher does not fuse
