@@ -178,3 +178,30 @@ def test_every_k_v_pair_runs(llama_bin, llama_source, text_file, tmp_path):
             if not math.isfinite(r.ppl):
                 bad[f"{k}/{v}"] = r.ppl
     assert not bad, bad
+
+
+def test_rotations_sit_next_to_their_consumers(llama_bin, llama_source, text_file, tmp_path):
+    """The GPU backends fuse a turbo rotation (MUL -> Hadamard MUL_MAT -> MUL) with the op that consumes it only when
+    nothing but views lies between them (patches 0014 and 0015). In the graph llama.cpp builds, K's and V's rotations
+    come right before their SET_ROWS, Q's right before the attention and the output's right after it: checked on the
+    scheduler's node list (GGML_SCHED_DEBUG=2 prints every node that is not a view)."""
+    import re
+
+    from tqgguf.synth import PRESETS, find_vocab, synth
+
+    model = tmp_path / "hd128.gguf"
+    synth(model, PRESETS["tiny-hd128"], find_vocab(llama_source), weights="q8_0", seed=7)
+    r = subprocess.run([str(llama_bin("llama-perplexity")), "-v", "-m", str(model), "-f", str(text_file),
+                        "-c", "128", "-b", "128", "--chunks", "1", "-fa", "on", "-ctk", "turbo3", "-ctv", "turbo3",
+                        "-t", "2"], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, GGML_SCHED_DEBUG="2"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    ops = [m.group(1) for m in re.finditer(r"node #\s*\d+ \(\s*([A-Z_]+)\)", r.stderr + r.stdout)]
+    rot = ["MUL", "MUL_MAT", "MUL"]
+    attn = [k for k, op in enumerate(ops) if op == "FLASH_ATTN"]
+    stores = [k for k, op in enumerate(ops) if op == "SET_ROWS"]
+    n_layer = PRESETS["tiny-hd128"].n_layer
+    assert len(attn) >= n_layer and len(stores) == 2*len(attn), (len(attn), len(stores))
+    assert all(ops[k - 3:k] == rot for k in stores), [ops[k - 3:k + 1] for k in stores if ops[k - 3:k] != rot][:3]
+    assert all(ops[k - 3:k] == rot and ops[k + 1:k + 4] == rot for k in attn), \
+        [ops[k - 3:k + 4] for k in attn if ops[k - 3:k] != rot or ops[k + 1:k + 4] != rot][:3]
