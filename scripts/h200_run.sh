@@ -173,6 +173,28 @@ step_profile() { # ncu sections of one decode FlashAttention launch at depth 327
     done
 }
 
+# per-kernel launches and GPU time from an ncu log of `--metrics gpu__time_duration.sum` (file $2): the mean per
+# launch (mode "mean"), or per token (mode "per-token": one FlashAttention launch per layer, 32 layers)
+ncu_times() {
+    grep -E "^  [a-zA-Z_].*\(|gpu__time_duration" "$2" | paste - - | python3 -c '
+import collections, re, sys
+n = collections.Counter(); t = collections.Counter()
+for line in sys.stdin:
+    name = re.sub(r"^(void )?", "", line.strip()).split("(")[0]
+    unit, val = line.split()[-2:]
+    n[name] += 1; t[name] += float(val.replace(",", "")) * {"ns": 1e-3, "us": 1.0, "ms": 1e3}[unit]
+if sys.argv[1] == "mean":
+    for k in sorted(n):
+        print(f"{k}: {n[k]} launches, mean {t[k] / n[k]:.2f} us")
+    sys.exit()
+tokens = sum(v for k, v in n.items() if k.startswith("flash_attn_ext")) / 32
+print(f"tokens: {tokens:.2f} (attention launches / 32 layers)")
+print(f"per token: {sum(n.values()) / tokens:.0f} launches, {sum(t.values()) / tokens:.0f} us of kernel time")
+for k, v in sorted(t.items(), key=lambda kv: -kv[1]):
+    print(f"{v / tokens:9.1f} us {n[k] / tokens:6.1f} x  {k}")
+' "$1"
+}
+
 step_kernels() { # per-launch time of the decode attention kernels at depth 32768 (FlashAttention + combine)
     synth l3-8b --preset llama3-8b --weights q4_0
     command -v ncu > /dev/null || { log "kernels: no ncu"; return; }
@@ -185,10 +207,7 @@ step_kernels() { # per-launch time of the decode attention kernels at depth 3276
             --launch-skip 64 --launch-count 64 \
             "$BIN/llama-bench" -m "$MODELS/l3-8b.gguf" -ngl 99 -fa 1 -p 0 -n 4 -d 32768 -r 1 -ctk $t -ctv $t \
             > "$OUT/ncu-kernels-$t-d32768.txt" 2>&1
-        grep -E "^  [a-zA-Z_].*\(|gpu__time_duration" "$OUT/ncu-kernels-$t-d32768.txt" \
-            | sed -E 's/\(const char.*//; s/\(const float.*//' | paste - - | awk '{print $1, $2, $(NF)}' \
-            | sort | awk '{n[$1" "$2]++; s[$1" "$2]+=$3} END {for (k in n) printf "%s: %d launches, mean %.2f us\n", k, n[k], s[k]/n[k]}' \
-            | sed "s/^/$t /" | tee -a "$OUT/kernels.txt"
+        ncu_times mean "$OUT/ncu-kernels-$t-d32768.txt" | sed "s/^/$t /" | tee -a "$OUT/kernels.txt"
     done
 }
 
@@ -201,19 +220,7 @@ step_census() { # every kernel of a decode step at depth 0, per token (launches 
         # llama-bench's warm-up and the first tokens are skipped; 1200 launches are 2-3 decode steps of 32 layers
         timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum --launch-skip 1500 --launch-count 1200 \
             "$BIN/llama-bench" -m "$MODELS/l3-8b.gguf" -ngl 99 -fa 1 -p 0 -n 12 -d 0 -r 1 -ctk "$k" -ctv "$v" > "$MODELS/ncu-census.txt" 2>&1
-        grep -E "^  [a-zA-Z_].*\(|gpu__time_duration" "$MODELS/ncu-census.txt" | paste - - | python3 -c '
-import collections, re, sys
-n = collections.Counter(); t = collections.Counter()
-for line in sys.stdin:
-    name = re.sub(r"^(void )?", "", line.strip()).split("(")[0]
-    unit, val = line.split()[-2:]
-    n[name] += 1; t[name] += float(val.replace(",", "")) * {"ns": 1e-3, "us": 1.0, "ms": 1e3}[unit]
-tokens = sum(v for k, v in n.items() if k.startswith("flash_attn_ext")) / 32  # one attention launch per layer
-print(f"tokens: {tokens:.2f} (attention launches / 32 layers)")
-print(f"per token: {sum(n.values()) / tokens:.0f} launches, {sum(t.values()) / tokens:.0f} us of kernel time")
-for k, v in sorted(t.items(), key=lambda kv: -kv[1]):
-    print(f"{v / tokens:9.1f} us {n[k] / tokens:6.1f} x  {k}")
-' > "$f"
+        ncu_times per-token "$MODELS/ncu-census.txt" > "$f"
         head -2 "$f" | sed "s|^|$c |" | tee -a "$OUT/steps.log"
     done
 }
