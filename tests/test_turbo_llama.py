@@ -180,7 +180,7 @@ def test_every_k_v_pair_runs(llama_bin, llama_source, text_file, tmp_path):
     assert not bad, bad
 
 
-def test_rotations_sit_next_to_their_consumers(llama_bin, llama_source, text_file, tmp_path):
+def test_rotations_sit_next_to_their_consumers(llama_bin, llama_source, text_file, tmp_path, monkeypatch):
     """The GPU backends fuse a turbo rotation (MUL -> Hadamard MUL_MAT -> MUL) with the op that consumes it only when
     nothing but views lies between them (patches 0014 and 0015). In the graph llama.cpp builds, K's and V's rotations
     come right before their SET_ROWS, Q's right before the attention and the output's right after it: checked on the
@@ -191,12 +191,10 @@ def test_rotations_sit_next_to_their_consumers(llama_bin, llama_source, text_fil
 
     model = tmp_path / "hd128.gguf"
     synth(model, PRESETS["tiny-hd128"], find_vocab(llama_source), weights="q8_0", seed=7)
-    r = subprocess.run([str(llama_bin("llama-perplexity")), "-v", "-m", str(model), "-f", str(text_file),
-                        "-c", "128", "-b", "128", "--chunks", "1", "-fa", "on", "-ctk", "turbo3", "-ctv", "turbo3",
-                        "-t", "2"], capture_output=True, text=True, timeout=300,
-                       env=dict(os.environ, GGML_SCHED_DEBUG="2"))
-    assert r.returncode == 0, r.stderr[-2000:]
-    ops = [m.group(1) for m in re.finditer(r"node #\s*\d+ \(\s*([A-Z_]+)\)", r.stderr + r.stdout)]
+    monkeypatch.setenv("GGML_SCHED_DEBUG", "2")
+    r = run_perplexity(llama_bin("llama-perplexity"), model, text_file, CacheConfig.parse("turbo3"), ctx=128,
+                       chunks=1, threads=2, extra=["-b", "128", "-v"], timeout=300)
+    ops = [m.group(1) for m in re.finditer(r"node #\s*\d+ \(\s*([A-Z_]+)\)", r.log)]
     rot = ["MUL", "MUL_MAT", "MUL"]
     attn = [k for k, op in enumerate(ops) if op == "FLASH_ATTN"]
     stores = [k for k, op in enumerate(ops) if op == "SET_ROWS"]
