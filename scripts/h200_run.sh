@@ -11,7 +11,7 @@
 #   bash scripts/h200_run.sh profile        ncu sections (occupancy, stalls, memory) of the decode FlashAttention
 #                                           kernel at depth 32768, turbo3 and f16
 #   bash scripts/h200_run.sh kernels        ncu time of each decode FlashAttention and combine launch at depth 32768
-#                                           (after llama-bench's warm-up), turbo3 and f16
+#                                           (after llama-bench's warm-up), turbo3 and f16 (TQ_KERNEL_CONFIGS="a b/c")
 #   bash scripts/h200_run.sh census         every kernel of a decode step at depth 0 (ncu), per token: f16, turbo3 and
 #                                           q8_0/turbo4 (shows which fusions ran and where the time goes)
 #   bash scripts/h200_run.sh prefill        ncu time of the prefill attention kernels (the K/V conversion to f16 and the
@@ -200,16 +200,18 @@ for k, v in sorted(t.items(), key=lambda kv: -kv[1]):
 step_kernels() { # per-launch time of the decode attention kernels at depth 32768 (FlashAttention + combine)
     synth l3-8b --preset llama3-8b --weights q4_0
     command -v ncu > /dev/null || { log "kernels: no ncu"; return; }
-    for c in turbo3:flash_attn_ext_turbo f16:flash_attn_ext_vec; do
-        local t=${c%%:*} k=${c##*:}
-        log "kernels $t at d32768"
-        # the first 64 matching launches are llama-bench's warm-up at short context; the depth prefill uses
-        # other kernels, so the next ones are decode steps at depth 32768
-        timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum -k "regex:$k|flash_attn_combine" \
-            --launch-skip 64 --launch-count 64 \
-            "$BIN/llama-bench" -m "$MODELS/l3-8b.gguf" -ngl 99 -fa 1 -p 0 -n 4 -d 32768 -r 1 -ctk $t -ctv $t \
-            > "$OUT/ncu-kernels-$t-d32768.txt" 2>&1
-        ncu_times mean "$OUT/ncu-kernels-$t-d32768.txt" | sed "s/^/$t /" | tee -a "$OUT/kernels.txt"
+    # TQ_KERNEL_CONFIGS: the K/V configs to time (default: turbo3 and f16)
+    for c in ${TQ_KERNEL_CONFIGS:-turbo3 f16}; do
+        local k=${c%%/*} v=${c##*/}
+        log "kernels $c at d32768"
+        # the first 64 attention launches (FlashAttention and combine) are llama-bench's warm-up at short context;
+        # the depth prefill uses the f16 tensor-core kernel, which the regex leaves out, so the next ones are
+        # decode steps at depth 32768
+        timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum \
+            -k "regex:flash_attn_ext_turbo|flash_attn_ext_vec|flash_attn_combine" --launch-skip 64 --launch-count 64 \
+            "$BIN/llama-bench" -m "$MODELS/l3-8b.gguf" -ngl 99 -fa 1 -p 0 -n 4 -d 32768 -r 1 -ctk "$k" -ctv "$v" \
+            > "$OUT/ncu-kernels-${c//\//-}-d32768.txt" 2>&1
+        ncu_times mean "$OUT/ncu-kernels-${c//\//-}-d32768.txt" | sed "s|^|$c |" | tee -a "$OUT/kernels.txt"
     done
 }
 
