@@ -15,7 +15,7 @@
 #   bash scripts/h200_run.sh census         every kernel of a decode step at depth 0 (ncu), per token: f16, turbo3 and
 #                                           q8_0/turbo4 (shows which fusions ran and where the time goes)
 #   bash scripts/h200_run.sh prefill        ncu time of the prefill attention kernels (the K/V conversion to f16 and the
-#                                           tensor-core kernel) deep into the depth-32768 prefill, turbo3 and f16
+#                                           tensor-core kernel) at depth ~10k of a depth-32768 prefill, turbo3 and f16
 #   bash scripts/h200_run.sh fusion         the rotations fused into SET_ROWS (0014) and into the attention (0015)
 #                                           against the unfused ops: KLD (one KV stream, so that 0014's fusion
 #                                           applies; -ub 4, so that the decode kernel runs) and decode speed at d0
@@ -229,14 +229,14 @@ step_census() { # every kernel of a decode step at depth 0, per token (launches 
     done
 }
 
-step_prefill() { # per-launch time of the prefill attention kernels, about halfway through a depth-32768 prefill
+step_prefill() { # per-launch time of the prefill attention kernels, a third of the way through a depth-32768 prefill
     synth l3-8b --preset llama3-8b --weights q4_0
     command -v ncu > /dev/null || { log "prefill: no ncu"; return; }
     # matching launches per layer: turbo3 converts K and V, then runs the attention (3); f16 runs the attention (1);
-    # 64 ubatches of 512 tokens x 32 layers, so the skips land in ubatch 20-31 of 64
+    # 64 ubatches of 512 tokens x 32 layers, so both skips land in ubatch 20-21 of 64 (depth ~10k)
     for c in turbo3:2000 f16:700; do
         local t=${c%%:*} skip=${c##*:}
-        log "prefill kernels $t at depth ~16k"
+        log "prefill kernels $t at depth ~10k"
         timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum -k "regex:dequantize|flash_attn" \
             --launch-skip "$skip" --launch-count 96 \
             "$BIN/llama-bench" -m "$MODELS/l3-8b.gguf" -ngl 99 -fa 1 -p 512 -n 0 -d 32768 -r 1 -ctk $t -ctv $t \
