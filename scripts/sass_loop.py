@@ -97,4 +97,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:  # the listing piped into head and the like
+        sys.stderr.close()
+        sys.exit(0)
