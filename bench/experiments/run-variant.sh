@@ -3,18 +3,21 @@
 # the build directory h200-out/build survives between calls of a warm machine). Prepare with
 # `python scripts/prepare_h200.py`, then run through the device tool with .h200 carried:
 #   call 1: bash bench/experiments/run-variant.sh series
-#   call 2: bash bench/experiments/run-variant.sh bench/experiments/<diff>
+#   call 2: bash bench/experiments/run-variant.sh bench/experiments/<diff>[+bench/experiments/<diff>...]
 # Each call runs test-backend-ops (turbo cases), llama-bench (tg and pp at d0/8192/32768, five configs) and the
 # per-launch ncu times of the decode attention kernels; results go to $OUT/<name>/ (default ./h200-out).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-what=${1:?usage: run-variant.sh series|<diff>}
-name=$(basename "$what" .diff)
+what=${1:?usage: run-variant.sh series|<diff>[+<diff>...]}
+name=
+for d in ${what//+/ }; do name=${name:+$name+}$(basename "$d" .diff); done
 OUT=${OUT:-$ROOT/h200-out}/$name; mkdir -p "$OUT"; export OUT
 if [ "$what" != series ]; then
     # the carried tree is the unpatched series again in every call; patching it makes the build incremental
-    (cd "$ROOT/.h200/llama.cpp" && patch -p1 < "$ROOT/$what") > "$OUT/patch.log" 2>&1 \
-        || { cat "$OUT/patch.log"; exit 1; }
+    for d in ${what//+/ }; do
+        (cd "$ROOT/.h200/llama.cpp" && patch -p1 < "$ROOT/$d") >> "$OUT/patch.log" 2>&1 \
+            || { cat "$OUT/patch.log"; exit 1; }
+    done
 fi
 bash "$ROOT/scripts/h200_run.sh" build ops bench 2 0,8192,32768 f16,turbo3,turbo4,turbo2,q8_0/turbo4 kernels
 python3 - "$OUT/bench.jsonl" <<'PY'
