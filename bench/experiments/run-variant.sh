@@ -10,7 +10,8 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 what=${1:?usage: run-variant.sh series|<diff>[+<diff>...]}
 name=
-for d in ${what//+/ }; do name=${name:+$name+}$(basename "$d" .diff); done
+# (joined with "_and_": the device tool does not bring back files under names with a "+")
+for d in ${what//+/ }; do name=${name:+${name}_and_}$(basename "$d" .diff); done
 OUT=${OUT:-$ROOT/h200-out}/$name; mkdir -p "$OUT"; export OUT
 if [ "$what" != series ]; then
     # the carried tree is the unpatched series again in every call; patching it makes the build incremental
