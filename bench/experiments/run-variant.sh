@@ -21,16 +21,19 @@ steps=(build)
 [ "${RV_OPS:-1}" = 0 ] || steps+=(ops)
 steps+=(bench "${bench_args[@]}" kernels)
 
-summary() { # ratios to f16 of a bench.jsonl
-    python3 - "$1" <<'PY'
+summary() { # ratios to f16 of a bench.jsonl, with the package's llama-bench parser and table
+    PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" python3 - "$1" <<'PY'
 import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-f16 = {(r["n_prompt"], r["n_gen"], r["n_depth"]): r["avg_ts"] for r in rows if r["type_k"] == r["type_v"] == "f16"}
-for r in rows:
-    key = (r["n_prompt"], r["n_gen"], r["n_depth"])
-    test = f'pp{r["n_prompt"]}' if r["n_prompt"] else f'tg{r["n_gen"]}'
-    ratio = f'{r["avg_ts"] / f16[key]:.3f}x f16' if key in f16 else ''
-    print(f'{r["type_k"]}/{r["type_v"]:7} {test:7} d{r["n_depth"]:<6} {r["avg_ts"]:9.1f} t/s  {ratio}')
+from tqgguf.bench_sweep import add_ratios, bench_table, parse_bench_jsonl
+lines = {}
+for line in open(sys.argv[1]):
+    if line.lstrip().startswith("{"):
+        d = json.loads(line)
+        k, v = d["type_k"], d["type_v"]
+        lines.setdefault(k if k == v else f"{k}/{v}", []).append(line)
+rows = [r for config, ls in lines.items() for r in parse_bench_jsonl(config, "".join(ls))]
+add_ratios(rows)
+print(bench_table(rows))
 PY
 }
 
