@@ -12,6 +12,8 @@
 #   RV_BENCH: llama-bench's reps, depths and configs (default "2 0,8192,32768 f16,turbo3,turbo4,turbo2,q8_0/turbo4")
 #   RV_OPS=0: skip test-backend-ops
 #   TQ_KERNEL_CONFIGS: the configs the kernels step times (scripts/h200_run.sh; default "turbo3 f16")
+#   RV_PARTS="16 33": after a variant's steps, bench and kernels again with GGML_CUDA_TURBO_MAX_PARTS=N for each N
+#     (for a variant with cuda-turbo-max-parts-env.diff), into $OUT/<variant>-parts<N>/
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 [ $# -gt 0 ] || { echo "usage: run-variant.sh series|<diff>[+<diff>...] ..." >&2; exit 2; }
@@ -61,6 +63,12 @@ for what in "$@"; do
         echo "== $name"
         bash "$ROOT/scripts/h200_run.sh" "${steps[@]}" || rc=1
         [ -s "$OUT/bench.jsonl" ] && summary "$OUT/bench.jsonl"
+        for n in ${RV_PARTS:-}; do
+            echo "== $name with GGML_CUDA_TURBO_MAX_PARTS=$n"
+            OUT=$BASE_OUT/$name-parts$n GGML_CUDA_TURBO_MAX_PARTS=$n \
+                bash "$ROOT/scripts/h200_run.sh" bench "${bench_args[@]}" kernels || rc=1
+            [ -s "$BASE_OUT/$name-parts$n/bench.jsonl" ] && summary "$BASE_OUT/$name-parts$n/bench.jsonl"
+        done
     fi
     # restore the series for the next variant (in reverse order)
     for ((i = ${#applied[@]} - 1; i >= 0; i--)); do
