@@ -39,6 +39,9 @@ print(bench_table(rows))
 PY
 }
 
+# (kept beside the build directory, which outlives a call on a warm machine)
+PATCHED_LIST=${TQ_BUILD:-$ROOT/h200-out/build}/../rv-patched-files
+mkdir -p "$(dirname "$PATCHED_LIST")"
 rc=0
 for what in "$@"; do
     diffs=()
@@ -51,6 +54,16 @@ for what in "$@"; do
     fi
     export OUT=$BASE_OUT/$name
     mkdir -p "$OUT"
+    # Files that an earlier variant patched get a fresh time stamp: the tree restored at the end of a variant, or
+    # carried again by the next call (with the time stamps of the development machine, older than the objects
+    # built from the patched files), would otherwise leave those objects in the build.
+    if [ -s "$PATCHED_LIST" ]; then
+        sort -u "$PATCHED_LIST" | (cd "$ROOT/.h200/llama.cpp" && xargs -r touch -c)
+        : > "$PATCHED_LIST"
+    fi
+    for d in "${diffs[@]}"; do
+        sed -n 's|^+++ b/||p' "$ROOT/$d" | cut -f1 >> "$PATCHED_LIST"
+    done
     applied=()
     for d in "${diffs[@]}"; do
         if (cd "$ROOT/.h200/llama.cpp" && patch -p1 < "$ROOT/$d") >> "$OUT/patch.log" 2>&1; then
