@@ -12,8 +12,8 @@
 #   RV_BENCH: llama-bench's reps, depths and configs (default "2 0,8192,32768 f16,turbo3,turbo4,turbo2,q8_0/turbo4")
 #   RV_OPS=0: skip test-backend-ops
 #   TQ_KERNEL_CONFIGS: the configs the kernels step times (scripts/h200_run.sh; default "turbo3 f16")
-#   RV_PARTS="16 33": after a variant's steps, bench and kernels again with GGML_CUDA_TURBO_MAX_PARTS=N for each N
-#     (for a variant with cuda-turbo-max-parts-env.diff), into $OUT/<variant>-parts<N>/
+#   RV_ENV="GGML_CUDA_TURBO_MAX_PARTS=33 GGML_CUDA_TURBO_COMBINE=1": after a variant's steps, bench and kernels
+#     again with each of these settings (one at a time; for diffs that read them), into $OUT/<variant>-<VAR>-<value>/
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 [ $# -gt 0 ] || { echo "usage: run-variant.sh series|<diff>[+<diff>...] ..." >&2; exit 2; }
@@ -76,11 +76,11 @@ for what in "$@"; do
         echo "== $name"
         bash "$ROOT/scripts/h200_run.sh" "${steps[@]}" || rc=1
         [ -s "$OUT/bench.jsonl" ] && summary "$OUT/bench.jsonl"
-        for n in ${RV_PARTS:-}; do
-            echo "== $name with GGML_CUDA_TURBO_MAX_PARTS=$n"
-            OUT=$BASE_OUT/$name-parts$n GGML_CUDA_TURBO_MAX_PARTS=$n \
-                bash "$ROOT/scripts/h200_run.sh" bench "${bench_args[@]}" kernels || rc=1
-            [ -s "$BASE_OUT/$name-parts$n/bench.jsonl" ] && summary "$BASE_OUT/$name-parts$n/bench.jsonl"
+        for setting in ${RV_ENV:-}; do
+            echo "== $name with $setting"
+            sub=$BASE_OUT/$name-${setting//=/-}
+            env OUT="$sub" "$setting" bash "$ROOT/scripts/h200_run.sh" bench "${bench_args[@]}" kernels || rc=1
+            [ -s "$sub/bench.jsonl" ] && summary "$sub/bench.jsonl"
         done
     fi
     # restore the series for the next variant (in reverse order)
