@@ -61,11 +61,9 @@ for what in "$@"; do
         sort -u "$PATCHED_LIST" | (cd "$ROOT/.h200/llama.cpp" && xargs -r touch -c)
         : > "$PATCHED_LIST"
     fi
-    for d in "${diffs[@]}"; do
-        sed -n 's|^+++ b/||p' "$ROOT/$d" | cut -f1 >> "$PATCHED_LIST"
-    done
     applied=()
     for d in "${diffs[@]}"; do
+        sed -n 's|^+++ b/||p' "$ROOT/$d" | cut -f1 >> "$PATCHED_LIST" # (before: a failed patch may touch files)
         if (cd "$ROOT/.h200/llama.cpp" && patch -p1 < "$ROOT/$d") >> "$OUT/patch.log" 2>&1; then
             applied+=("$d")
         else
