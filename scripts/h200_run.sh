@@ -71,7 +71,7 @@ step_ops() {
     log "test-backend-ops (turbo cases, CUDA0 vs CPU)"
     "$BIN/test-backend-ops" test -b CUDA0 -p turbo > "$OUT/test-backend-ops.txt" 2>&1
     local rc=$?
-    # the rotating SET_ROWS cases of other cache types (q8_0, where a tree has them), whose names lack "turbo"
+    # the rotating SET_ROWS cases of q8_0 caches (0022), whose names lack "turbo"
     "$BIN/test-backend-ops" test -b CUDA0 -o TURBO_ROT_SET_ROWS -p 'type=q8_0' >> "$OUT/test-backend-ops.txt" 2>&1 || rc=1
     grep -E "tests passed|FAIL|Backend CUDA0|OK$" "$OUT/test-backend-ops.txt" | grep -v " OK$" | tail -15
     grep -c "\[FLASH_ATTN_EXT\].*OK\| OK$" "$OUT/test-backend-ops.txt" | sed 's/^/ok lines: /'
