@@ -18,7 +18,9 @@
 #                                           tensor-core kernel) at depth ~10k of a depth-32768 prefill, turbo3 and f16
 #   bash scripts/h200_run.sh fusion         the rotations fused into SET_ROWS (0014) and into the attention (0015)
 #                                           against the unfused ops: KLD (one KV stream, so that 0014's fusion
-#                                           applies; -ub 4, so that the decode kernel runs) and decode speed at d0
+#                                           applies; -ub 4, so that the decode kernel runs) and decode speed at d0;
+#                                           TQ_FUSION_BATCH=2048 runs the KLD with 8 sequences (8 KV streams) and
+#                                           skips the speed runs
 #   bash scripts/h200_run.sh bench [R] [DEPTHS] [CONFIGS]
 #                                           llama-bench -fa 1 on the Llama-3-8B shape (q4_0 weights)
 # Steps can be combined: bash scripts/h200_run.sh build ops bench
@@ -105,13 +107,15 @@ step_fusion() {
     log "fusion: rotations fused into SET_ROWS and the attention vs GGML_CUDA_DISABLE_FUSION=1"
     local P=$BIN/llama-perplexity
     # -b = -c: one sequence per batch and so one KV stream; with several streams llama.cpp reshapes the cache
-    # between the rotation and its SET_ROWS, and 0014's matcher does not fuse
-    local common=(-m "$MODELS/par-hd128.gguf" -f "$ROOT/.h200/wiki-300k.txt" -c 256 -b 256 --chunks 8 -fa on -ngl 99 -ub 4)
+    # between the rotation and its SET_ROWS, which 0014's matcher does not step over (b = 8 c: 8 streams)
+    local batch=${TQ_FUSION_BATCH:-256}
+    local common=(-m "$MODELS/par-hd128.gguf" -f "$ROOT/.h200/wiki-300k.txt" -c 256 -b "$batch" --chunks 8 -fa on -ngl 99 -ub 4)
     for t in turbo3 turbo4 turbo2; do
         GGML_CUDA_DISABLE_FUSION=1 "$P" "${common[@]}" -ctk $t -ctv $t --kl-divergence-base "$MODELS/nofuse-$t.kld" > /dev/null 2>&1
         "$P" "${common[@]}" -ctk $t -ctv $t --kl-divergence-base "$MODELS/nofuse-$t.kld" --kl-divergence 2>&1 \
             | grep -E "Mean +KLD|Maximum KLD|Same top" | tr -s ' ' | paste -sd ';' \
-            | sed "s/^/fused vs unfused $t: /" | tee -a "$OUT/fusion.txt"
+            | sed "s/^/fused vs unfused $t (-b $batch): /" | tee -a "$OUT/fusion.txt"
+        [ "$batch" = 256 ] || continue
         for f in 1 0; do
             GGML_CUDA_DISABLE_FUSION=$f "$BIN/llama-bench" -m "$MODELS/l3-8b.gguf" -ngl 99 -fa 1 -p 0 -n 128 -d 0 -r 3 \
                 -ctk $t -ctv $t -o jsonl 2>/dev/null | sed "s/^{/{\"disable_fusion\": $f, /" >> "$OUT/fusion-bench.jsonl"
