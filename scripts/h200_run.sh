@@ -21,6 +21,8 @@
 #                                           applies; -ub 4, so that the decode kernel runs) and decode speed at d0;
 #                                           TQ_FUSION_BATCH=2048 runs the KLD with 8 sequences (8 KV streams) and
 #                                           skips the speed runs
+#   bash scripts/h200_run.sh streams        the cache-write kernels (ncu launch counts) of perplexity runs with one
+#                                           KV stream and with 8: whether the fused rotating SET_ROWS runs with both
 #   bash scripts/h200_run.sh bench [R] [DEPTHS] [CONFIGS]
 #                                           llama-bench -fa 1 on the Llama-3-8B shape (q4_0 weights)
 # Steps can be combined: bash scripts/h200_run.sh build ops bench
@@ -53,7 +55,9 @@ step_build() {
     cmake -S "$SRC" -B "$BUILD" -G Ninja "${args[@]}" -DLLAMA_BUILD_SERVER=OFF > "$BUILD/build.log" 2>&1 \
         || { tail -30 "$BUILD/build.log" | tee -a "$OUT/steps.log"; return 1; }
     log "build"
-    cmake --build "$BUILD" -j "$(nproc)" --target llama-bench test-backend-ops llama-perplexity >> "$BUILD/build.log" 2>&1 \
+    # TQ_BUILD_TARGETS: fewer targets for a quick check on a fresh machine (default: all three)
+    read -r -a targets <<< "${TQ_BUILD_TARGETS:-llama-bench test-backend-ops llama-perplexity}"
+    cmake --build "$BUILD" -j "$(nproc)" --target "${targets[@]}" >> "$BUILD/build.log" 2>&1 \
         || { grep -m20 -B2 -A8 "error" "$BUILD/build.log" | tee -a "$OUT/steps.log"; return 1; }
     grep -ci "warning" "$BUILD/build.log" | sed 's/^/build warnings: /' | tee -a "$OUT/steps.log"
     local t1=$(date +%s)
@@ -119,6 +123,24 @@ step_fusion() {
         for f in 1 0; do
             GGML_CUDA_DISABLE_FUSION=$f "$BIN/llama-bench" -m "$MODELS/l3-8b.gguf" -ngl 99 -fa 1 -p 0 -n 128 -d 0 -r 3 \
                 -ctk $t -ctv $t -o jsonl 2>/dev/null | sed "s/^{/{\"disable_fusion\": $f, /" >> "$OUT/fusion-bench.jsonl"
+        done
+    done
+}
+
+step_streams() { # which kernels write the cache with one KV stream and with 8 (ncu launch counts)
+    synth par-hd128 "${PAR_MODEL_ARGS[@]}"
+    command -v ncu > /dev/null || { log "streams: no ncu"; return; }
+    log "streams: cache-write kernels of llama-perplexity with -b 256 (one stream) and -b 2048 (8 streams)"
+    # -ub 4: decode-sized ubatches; the attention launches count the layer steps (4 layers). Fused, a cache write is one
+    # k_set_rows_turbo_rot launch and no fwht launch is left; unfused, each write adds a fwht launch
+    for t in turbo3 q8_0; do
+        for b in 256 2048; do
+            local f=$MODELS/ncu-streams.txt
+            timeout 150 ncu --clock-control none --metrics gpu__time_duration.sum -k "regex:set_rows|fwht|flash_attn_ext" \
+                --launch-skip 60 --launch-count 120 "$BIN/llama-perplexity" -m "$MODELS/par-hd128.gguf" \
+                -f "$ROOT/.h200/wiki-300k.txt" -c 256 -b $b --chunks 8 -fa on -ngl 99 -ub 4 -ctk $t -ctv $t > "$f" 2>&1
+            grep -m1 -E "n_seq *=" "$f" | sed "s/^/$t -b $b: /" | tee -a "$OUT/streams.txt"
+            ncu_times mean "$f" | sed "s/^/$t -b $b: /" | tee -a "$OUT/streams.txt"
         done
     done
 }
@@ -251,7 +273,7 @@ step_prefill() { # per-launch time of the prefill attention kernels, a third of 
     done
 }
 
-STEPS='build|ops|parity|bench|diag|profile|kernels|census|prefill|fusion' # the step names, for bench's optional arguments
+STEPS='build|ops|parity|bench|diag|profile|kernels|census|prefill|fusion|streams' # the step names, for bench's optional arguments
 
 device_info
 while [ $# -gt 0 ]; do
@@ -265,6 +287,7 @@ while [ $# -gt 0 ]; do
         census) step_census; shift ;;
         prefill) step_prefill; shift ;;
         fusion) step_fusion; shift ;;
+        streams) step_streams; shift ;;
         bench)  shift; r=; d=; c=   # empty: step_bench's defaults
                 [[ ${1:-} =~ ^[0-9]+$ ]] && { r=$1; shift; }
                 [[ ${1:-} =~ ^[0-9,]+$ ]] && { d=$1; shift; }
