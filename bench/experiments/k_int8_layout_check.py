@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks the lane layout of cuda-turbo-k-int8.diff without a GPU.
+"""Checks the lane layout of patch 0023 (turbo2/turbo3 K scored on int8) without a GPU.
 
 Emulates, per lane of a warp, load_i8's byte-permute selectors (from turbo2/turbo3 blocks packed as
 quantize_row_turbo*_0_ref packs them), __byte_perm of the int8 codebook, the int8 Q packed at fattn_tmma_i8_pos,
