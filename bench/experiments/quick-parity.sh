@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The shortest GPU check of a decode-kernel diff on a fresh H200 machine (about 4 minutes): apply the diff to the
+# The shortest GPU check of a decode-kernel diff on a fresh H200 machine (more than 4.5 minutes: in the tenth round
+# its build had not finished after 246 s, when the device time ran out; the build of llama-perplexity alone had taken
+# 227 s that day without the diff, so a diff that touches fattn-turbo-mma.cuh costs more): apply the diff to the
 # carried .h200 tree, build llama-perplexity alone (upstream's vector FlashAttention instances cut to f16-f16, which
 # these runs do not use), then the parity step's KLD of the CUDA decode kernel (-ub 4) against the CPU run for the
 # given types. Results go to $OUT/quick-parity.txt (default ./h200-out).
