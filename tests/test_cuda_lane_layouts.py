@@ -1,0 +1,62 @@
+"""The lane-layout emulations of the CUDA decode kernel, run against tqgguf.turbo's block packing.
+
+bench/experiments/k_int8_layout_check.py emulates patch 0023 (turbo2/turbo3 K scored on int8: selectors from the
+packed blocks, byte permutes of the codebook, the m16n8k32 fragments) and v_reg_layout_check.py the V expansion of
+cuda-turbo-v-reg.diff (index transposes, byte-table lookups, the m16n8k16 A fragment, the output positions). Both
+assume the bit layout that tqgguf.turbo.pack_indices writes (the C reference's); these tests keep the two in step,
+and make sure each check fails on a wrong layout.
+"""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "bench" / "experiments"
+
+
+def _load(name):
+    if str(EXPERIMENTS) not in sys.path:
+        sys.path.insert(0, str(EXPERIMENTS))  # v_reg_layout_check imports k_int8_layout_check
+    spec = importlib.util.spec_from_file_location(name, EXPERIMENTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("bits", [3, 2])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_int8_k_layout_gives_the_dot_products(bits, head_dim):
+    k8 = _load("k_int8_layout_check")
+    for heads in (1, 4, 8):
+        k8.check_layout(bits, head_dim, heads)
+
+
+def test_int8_k_layout_check_fails_on_permuted_query_positions(monkeypatch):
+    k8 = _load("k_int8_layout_check")
+    pos = k8.pos
+    monkeypatch.setattr(k8, "pos", lambda t, kk, h, n: pos(t, kk, h, (n + 1) % 4))
+    with pytest.raises(AssertionError):
+        k8.check_layout(3, 128, 4)
+
+
+@pytest.mark.parametrize("bits", [3, 2])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_register_v_layout_puts_values_where_the_store_reads_them(bits, head_dim):
+    vr = _load("v_reg_layout_check")
+    for heads in (1, 4, 8):
+        vr.check(bits, head_dim, heads)
+
+
+def test_register_v_layout_check_fails_on_a_wrong_position_or_selector(monkeypatch):
+    vr = _load("v_reg_layout_check")
+    monkeypatch.setattr(vr, "vreg_dim", lambda r, qq, i: 2 * r + qq % 2 + 32 * (qq // 2) + 16 * (i // 2))
+    with pytest.raises(AssertionError):
+        vr.check(3, 128, 4)
+    monkeypatch.undo()
+    vr = _load("v_reg_layout_check")
+    byte_perm = vr.byte_perm
+    monkeypatch.setattr(vr, "byte_perm", lambda x, y, s: byte_perm(x, y, 0x0002 if s == 0x0020 else s))
+    with pytest.raises(AssertionError):
+        vr.check(2, 64, 1)
