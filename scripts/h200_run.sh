@@ -17,10 +17,9 @@
 #   bash scripts/h200_run.sh prefill        ncu time of the prefill attention kernels (the K/V conversion to f16 and the
 #                                           tensor-core kernel) at depth ~10k of a depth-32768 prefill, turbo3 and f16
 #   bash scripts/h200_run.sh fusion         the rotations fused into SET_ROWS (0014) and into the attention (0015)
-#                                           against the unfused ops: KLD (one KV stream, so that 0014's fusion
-#                                           applies; -ub 4, so that the decode kernel runs) and decode speed at d0;
-#                                           TQ_FUSION_BATCH=2048 runs the KLD with 8 sequences (8 KV streams) and
-#                                           skips the speed runs
+#                                           against the unfused ops: KLD (one KV stream; -ub 4, so that the decode
+#                                           kernel runs) and decode speed at d0; TQ_FUSION_BATCH=2048 runs the KLD
+#                                           with 8 sequences (8 KV streams, 0024) and skips the speed runs
 #   bash scripts/h200_run.sh streams        the cache-write kernels (ncu launch counts) of perplexity runs with one
 #                                           KV stream and with 8: whether the fused rotating SET_ROWS runs with both
 #   bash scripts/h200_run.sh bench [R] [DEPTHS] [CONFIGS]
@@ -110,8 +109,8 @@ step_fusion() {
     synth l3-8b --preset llama3-8b --weights q4_0
     log "fusion: rotations fused into SET_ROWS and the attention vs GGML_CUDA_DISABLE_FUSION=1"
     local P=$BIN/llama-perplexity
-    # -b = -c: one sequence per batch and so one KV stream; with several streams llama.cpp reshapes the cache
-    # between the rotation and its SET_ROWS, which 0014's matcher does not step over (b = 8 c: 8 streams)
+    # -b = -c: one sequence per batch and so one KV stream; -b = 8 c: 8 streams, where llama.cpp reshapes the cache
+    # between the rotation and its SET_ROWS (the matchers step over that node since 0024)
     local batch=${TQ_FUSION_BATCH:-256}
     local common=(-m "$MODELS/par-hd128.gguf" -f "$ROOT/.h200/wiki-300k.txt" -c 256 -b "$batch" --chunks 8 -fa on -ngl 99 -ub 4)
     for t in turbo3 turbo4 turbo2; do
