@@ -90,6 +90,10 @@ def main() -> int:
     print(f"{name}\n{len(insns)} instructions, main loop {len(loop)} "
           f"(0x{loop[0][0]:x}-0x{loop[-1][0]:x}; both sides of its branches)")
     print(" ".join(f"{op}:{n}" for op, n in counts.most_common()))
+    # ptxas puts never-executed placeholders (`@!PT LDS RZ, [RZ]`) next to cp.async copies; they are in the counts
+    never = collections.Counter(opcode(t) for _, t in loop if t.startswith("@!PT "))
+    if never:
+        print("of them never executed (@!PT): " + " ".join(f"{op}:{n}" for op, n in never.most_common()))
     if args.list:
         for addr, text in loop:
             print(f"{addr:#06x}  {text}")

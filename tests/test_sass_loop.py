@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "sass_loop.py"
 
 # the shape of `cuobjdump -sass` output: two functions, the second with an outer loop around an inner loop that
-# holds the MMA, and a branch forward
+# holds the MMA, a branch forward and a never-executed placeholder (@!PT), as ptxas puts next to cp.async copies
 LISTING = """
 Fatbin elf code:
 ================
@@ -29,12 +29,13 @@ arch = sm_90
         /*0020*/                   LDS R4, [R2] ;                          /* 0x0000000002047984 */
         /*0030*/                   HMMA.16816.F32 R8, R4, R6, R8 ;          /* 0x000000060408723c */
         /*0040*/              @!P0 LDGSTS.E [R5], desc[UR6][R76.64] ;      /* 0x000000004c05afae */
-        /*0050*/               @P1 BRA 0x70 ;                               /* 0x0000000000001947 */
-        /*0060*/                   IADD3 R2, R2, 0x1, RZ ;                 /* 0x0000000102027810 */
-        /*0070*/              @!P0 BRA 0x20 ;                               /* 0xfffffffc00008947 */
-        /*0080*/                   IADD3 R9, R9, 0x1, RZ ;                 /* 0x0000000109097810 */
-        /*0090*/              @!P2 BRA 0x10 ;                               /* 0xfffffff800008947 */
-        /*00a0*/                   EXIT ;                                   /* 0x000000000000794d */
+        /*0050*/               @P1 BRA 0x80 ;                               /* 0x0000000000001947 */
+        /*0060*/              @!PT LDS RZ, [RZ] ;                           /* 0x00000000fffff984 */
+        /*0070*/                   IADD3 R2, R2, 0x1, RZ ;                 /* 0x0000000102027810 */
+        /*0080*/              @!P0 BRA 0x20 ;                               /* 0xfffffffc00008947 */
+        /*0090*/                   IADD3 R9, R9, 0x1, RZ ;                 /* 0x0000000109097810 */
+        /*00a0*/              @!P2 BRA 0x10 ;                               /* 0xfffffff800008947 */
+        /*00b0*/                   EXIT ;                                   /* 0x000000000000794d */
 """
 
 
@@ -51,15 +52,15 @@ def test_functions_splits_the_listing_per_kernel(sl):
     assert set(fns) == {"_Z5otheri", "_Z6kernelILi128EEvv"}
     assert fns["_Z5otheri"] == [(0x0, "MOV R1, c[0x0][0x28]"), (0x10, "EXIT")]
     kernel = fns["_Z6kernelILi128EEvv"]
-    assert len(kernel) == 11
+    assert len(kernel) == 12
     assert kernel[4] == (0x40, "@!P0 LDGSTS.E [R5], desc[UR6][R76.64]")
 
 
 def test_main_loop_is_the_smallest_backward_branch_around_the_marker(sl):
     kernel = sl.functions(LISTING)["_Z6kernelILi128EEvv"]
     loop = sl.main_loop(kernel, "HMMA")
-    # the inner loop 0x20-0x70, not the outer one from 0x10; the forward branch at 0x50 closes no loop
-    assert [a for a, _ in loop] == [0x20, 0x30, 0x40, 0x50, 0x60, 0x70]
+    # the inner loop 0x20-0x80, not the outer one from 0x10; the forward branch at 0x50 closes no loop
+    assert [a for a, _ in loop] == [0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80]
     assert sl.main_loop(kernel, "DADD") == []
 
 
@@ -80,9 +81,11 @@ def test_cli_counts_the_loop_and_reports_bad_input(tmp_path):
 
     ok = run("x.o", "kernelILi128")
     assert ok.returncode == 0, ok.stderr
-    assert "main loop 6" in ok.stdout
-    counts = dict(item.split(":") for item in ok.stdout.splitlines()[2].split())
-    assert counts == {"LDS": "1", "HMMA": "1", "LDGSTS": "1", "BRA": "2", "IADD3": "1"}
+    assert "main loop 7" in ok.stdout
+    lines = ok.stdout.splitlines()
+    counts = dict(item.split(":") for item in lines[2].split())
+    assert counts == {"LDS": "2", "HMMA": "1", "LDGSTS": "1", "BRA": "2", "IADD3": "1"}
+    assert lines[3] == "of them never executed (@!PT): LDS:1"
 
     ambiguous = run("x.o", "_Z")
     assert ambiguous.returncode == 1 and "2 functions match" in ambiguous.stderr
