@@ -89,12 +89,14 @@ step_parity() {
     synth par-hd128 "${PAR_MODEL_ARGS[@]}"
     local m=$MODELS/par-hd128.gguf txt=$ROOT/.h200/wiki-300k.txt P=$BIN/llama-perplexity
     local common=(-m "$m" -f "$txt" -c 256 --chunks 8 -fa on -t "$(nproc)")
-    for t in f16 turbo3 turbo4 turbo2; do
+    # TQ_PARITY_TYPES, TQ_PARITY_UB: fewer runs for a quick check (bench/experiments/quick-parity.sh)
+    local types=${TQ_PARITY_TYPES:-f16 turbo3 turbo4 turbo2} ubs=${TQ_PARITY_UB:-4 256}
+    for t in $types; do
         echo "=== CPU $t" >> "$OUT/parity-logs.txt"
         "$P" "${common[@]}" -ngl 0 -ctk $t -ctv $t --kl-divergence-base "$MODELS/base-cpu-$t.kld" >> "$OUT/parity-logs.txt" 2>&1
     done
-    for t in f16 turbo3 turbo4 turbo2; do
-        for ub in 4 256; do   # 4: the turbo decode kernel, 256: f16 conversion + tensor-core kernel
+    for t in $types; do
+        for ub in $ubs; do   # 4: the turbo decode kernel, 256: f16 conversion + tensor-core kernel
             local f=$MODELS/ppl-cuda-$t-ub$ub.txt
             "$P" "${common[@]}" -ngl 99 -ub $ub -ctk $t -ctv $t --kl-divergence-base "$MODELS/base-cpu-$t.kld" \
                 --kl-divergence > "$f" 2>&1
