@@ -2,7 +2,7 @@
 
 bench/experiments/k_int8_layout_check.py emulates patch 0023 (turbo2/turbo3 K scored on int8: selectors from the
 packed blocks, byte permutes of the codebook, the m16n8k32 fragments) and v_reg_layout_check.py the V expansion of
-cuda-turbo-v-reg.diff (index transposes, byte-table lookups, the m16n8k16 A fragment, the output positions). Both
+patch 0025 (index transposes, byte-table lookups, the m16n8k16 A fragment, the output positions). Both
 assume the bit layout that tqgguf.turbo.pack_indices writes (the C reference's); these tests keep the two in step,
 and make sure each check fails on a wrong layout.
 """

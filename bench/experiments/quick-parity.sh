@@ -5,7 +5,7 @@
 # carried .h200 tree, build llama-perplexity alone (upstream's vector FlashAttention instances cut to f16-f16, which
 # these runs do not use), then scripts/h200_run.sh's parity step for the given types at -ub 4 only (the CUDA decode
 # kernel against the CPU run). Results go to $OUT/parity.txt (default ./h200-out).
-#   bash bench/experiments/quick-parity.sh bench/experiments/cuda-turbo-v-reg.diff turbo3 turbo2
+#   bash bench/experiments/quick-parity.sh bench/experiments/<diff> turbo3 turbo2
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 [ $# -ge 2 ] || { echo "usage: quick-parity.sh <diff> <type>..." >&2; exit 2; }

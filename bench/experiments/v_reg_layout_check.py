@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks the lane layout of cuda-turbo-v-reg.diff (turbo2/turbo3 V expanded from registers) without a GPU.
+"""Checks the lane layout of patch 0025 (turbo2/turbo3 V expanded from registers) without a GPU.
 
 Emulates one warp step of the decode kernel's V side: load_i8's index words of each lane's own rows (r and 8 + r),
 movmatrix.m8n8.trans.b16 over the warp, fattn_tmma_expand_v's byte permutes of the f16 codebook's low and high
