@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Decode time with parts of the step left out, on a build with cuda-probe-skip.diff: for each cache type, llama-bench
-# tg128 at the given depths with GGML_CUDA_PROBE_SKIP unset, =fa (no attention, nor its fused rotations, for
-# one-token batches) and =writes (no KV-cache SET_ROWS, fused or not, for one-token batches). The differences are what
-# the attention and the cache writes cost inside the CUDA graph, which ncu, timing each kernel alone with cold
+# tg128 at the given depths with GGML_CUDA_PROBE_SKIP unset ("none"), =fa (no attention, nor its fused rotations,
+# for one-token batches), =writes (no KV-cache SET_ROWS, fused or not) and =combine (no merge of a split attention).
+# The differences are what those parts cost inside the CUDA graph, which ncu, timing each kernel alone with cold
 # caches, cannot show. The tokens decoded with a part left out are wrong; only their times mean something.
 #   fresh machine: TQ_BUILD_TARGETS=llama-bench bash scripts/h200_run.sh build   (with the diff applied to .h200)
 #   then:          bash bench/experiments/probe-skip.sh        (results: $OUT/probe.jsonl, $OUT/probe.txt)
-#   PROBE_TYPES (default "f16 turbo3 turbo2"), PROBE_DEPTHS (default "0,32768"), PROBE_REPS (default 3)
+#   PROBE_TYPES (default "f16 turbo3 turbo2"), PROBE_DEPTHS (default "0,32768"), PROBE_REPS (default 3),
+#   PROBE_SKIPS (default "none fa writes", what the eleventh round ran; "combine" needs the current diff, not
+#   251a99e's)
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${OUT:-$ROOT/h200-out}
@@ -18,7 +20,7 @@ export PYTHONPATH=$ROOT:$ROOT/.h200/llama.cpp/gguf-py${PYTHONPATH:+:$PYTHONPATH}
 [ -f "$M" ] || python3 -m tqgguf synth -o "$M" --source "$ROOT/.h200/llama.cpp" --fast --preset llama3-8b \
     --weights q4_0 > /dev/null || exit 1
 for t in ${PROBE_TYPES:-f16 turbo3 turbo2}; do
-    for s in none fa writes; do
+    for s in ${PROBE_SKIPS:-none fa writes}; do
         skip=()
         [ "$s" = none ] || skip=(GGML_CUDA_PROBE_SKIP=$s)
         env "${skip[@]}" "$BIN/llama-bench" -m "$M" -ngl 99 -fa 1 -p 0 -n 128 -d "${PROBE_DEPTHS:-0,32768}" \
