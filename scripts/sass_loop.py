@@ -3,9 +3,11 @@
 
 The decode kernel is limited by the instructions it issues per cache row, so the static count of its main loop
 (the smallest backward branch around the tensor-core MMAs) says whether a change cuts work before any device run.
-Needs cuobjdump, which the machines here lack; PyPI ships it:
+Needs cuobjdump and the nvdisasm it runs, which the machines here lack; PyPI ships both (nvdisasm is looked up
+next to cuobjdump, then on PATH):
 
-    pip download --no-deps nvidia-cuda-cuobjdump -d /tmp/cuobj && unzip -q -o /tmp/cuobj/*.whl -d /tmp/cuobj
+    pip download --no-deps nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm -d /tmp/cuobj
+    for w in /tmp/cuobj/*.whl; do unzip -q -o $w -d /tmp/cuobj; done
     cuobjdump=/tmp/cuobj/nvidia/cu13/bin/cuobjdump
 
 Example (an sm_90 object of a compile-check build, the turbo3/turbo3 decode kernel at head size 128, 4 heads):
@@ -17,7 +19,9 @@ Example (an sm_90 object of a compile-check build, the turbo3/turbo3 decode kern
 
 import argparse
 import collections
+import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -67,8 +71,15 @@ def main() -> int:
     args = ap.parse_args()
 
     try:
+        # cuobjdump runs nvdisasm from PATH: the one beside it (the PyPI wheels unpack into the same bin/) first
+        env = dict(os.environ)
+        here = os.path.dirname(shutil.which(args.cuobjdump) or args.cuobjdump)
+        env["PATH"] = os.pathsep.join(p for p in (here, env.get("PATH", "")) if p)
         sass = subprocess.run([args.cuobjdump, "-sass", args.object], check=True, capture_output=True,
-                              text=True).stdout
+                              text=True, env=env).stdout
+        if "nvdisasm" in sass and "Function :" not in sass:
+            print("error: cuobjdump did not find nvdisasm (see --help for where to get it)", file=sys.stderr)
+            return 2
     except FileNotFoundError:
         print(f"error: {args.cuobjdump} not found (see --help for where to get cuobjdump)", file=sys.stderr)
         return 2
