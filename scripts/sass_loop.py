@@ -77,14 +77,12 @@ def main() -> int:
         env["PATH"] = os.pathsep.join(p for p in (here, env.get("PATH", "")) if p)
         sass = subprocess.run([args.cuobjdump, "-sass", args.object], check=True, capture_output=True,
                               text=True, env=env).stdout
-        if "nvdisasm" in sass and "Function :" not in sass:
-            print("error: cuobjdump did not find nvdisasm (see --help for where to get it)", file=sys.stderr)
-            return 2
     except FileNotFoundError:
         print(f"error: {args.cuobjdump} not found (see --help for where to get cuobjdump)", file=sys.stderr)
         return 2
     except subprocess.CalledProcessError as e:
-        print(f"error: cuobjdump failed: {e.stderr.strip()}", file=sys.stderr)
+        hint = " (see --help for where to get nvdisasm)" if "nvdisasm" in e.stderr else ""
+        print(f"error: cuobjdump failed: {e.stderr.strip()}{hint}", file=sys.stderr)
         return 2
 
     matches = {name: insns for name, insns in functions(sass).items() if args.kernel in name}
