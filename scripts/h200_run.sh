@@ -10,6 +10,8 @@
 #   bash scripts/h200_run.sh diag           decode time: CUDA graphs on/off, graph splits and split inputs, ncu per-kernel
 #   bash scripts/h200_run.sh profile        ncu sections (occupancy, stalls, memory) of the decode FlashAttention
 #                                           kernel at depth 32768, turbo3 and f16
+#   bash scripts/h200_run.sh sass           ncu per SASS instruction of the turbo3 decode kernel at depth 32768 (executed
+#                                           count and stall samples: where in the loop the warps wait; a .csv)
 #   bash scripts/h200_run.sh kernels        ncu time of each decode FlashAttention and combine launch at depth 32768
 #                                           (after llama-bench's warm-up), turbo3 and f16 (TQ_KERNEL_CONFIGS="a b/c")
 #   bash scripts/h200_run.sh census         every kernel of a decode step at depth 0 (ncu), per token: f16, turbo3 and
@@ -204,6 +206,19 @@ step_profile() { # ncu sections of one decode FlashAttention launch at depth 327
     done
 }
 
+step_sass() { # per-instruction counters of one turbo3 decode FlashAttention launch at depth 32768 (ncu's source page)
+    synth l3-8b --preset llama3-8b --weights q4_0
+    command -v ncu > /dev/null || { log "sass: no ncu"; return; }
+    log "sass: turbo3 at d32768"
+    timeout 280 ncu --clock-control none --section WarpStateStats --section SourceCounters --section InstructionStats \
+        -k "regex:flash_attn_ext_turbo_mma" --launch-skip 32 --launch-count 1 -f -o "$MODELS/sass-turbo3" \
+        "$BIN/llama-bench" -m "$MODELS/l3-8b.gguf" -ngl 99 -fa 1 -p 0 -n 2 -d 32768 -r 1 -ctk turbo3 -ctv turbo3 \
+        > "$OUT/sass-turbo3-d32768.log" 2>&1
+    ncu --import "$MODELS/sass-turbo3.ncu-rep" --page source --print-source sass --csv \
+        > "$OUT/sass-turbo3-d32768.csv" 2>> "$OUT/sass-turbo3-d32768.log"
+    log "sass: $(wc -l < "$OUT/sass-turbo3-d32768.csv") lines"
+}
+
 # per-kernel launches and GPU time from an ncu log of `--metrics gpu__time_duration.sum` (file $2): the mean per
 # launch (mode "mean"), or per token (mode "per-token": one FlashAttention launch per layer, 32 layers)
 ncu_times() {
@@ -274,7 +289,7 @@ step_prefill() { # per-launch time of the prefill attention kernels, a third of 
     done
 }
 
-STEPS='build|ops|parity|bench|diag|profile|kernels|census|prefill|fusion|streams' # the step names, for bench's optional arguments
+STEPS='build|ops|parity|bench|diag|profile|sass|kernels|census|prefill|fusion|streams' # the step names, for bench's optional arguments
 
 device_info
 while [ $# -gt 0 ]; do
@@ -284,6 +299,7 @@ while [ $# -gt 0 ]; do
         parity) step_parity; shift ;;
         diag)   step_diag; shift ;;
         profile) step_profile; shift ;;
+        sass)   step_sass; shift ;;
         kernels) step_kernels; shift ;;
         census) step_census; shift ;;
         prefill) step_prefill; shift ;;
