@@ -4,7 +4,8 @@ bench/experiments/k_int8_layout_check.py emulates patch 0023 (turbo2/turbo3 K sc
 packed blocks, byte permutes of the codebook, the m16n8k32 fragments) and v_reg_layout_check.py the V expansion of
 patch 0025 (index transposes, byte-table lookups, the m16n8k16 A fragment, the output positions). Both
 assume the bit layout that tqgguf.turbo.pack_indices writes (the C reference's); these tests keep the two in step,
-and make sure each check fails on a wrong layout.
+and make sure each check fails on a wrong layout. copy16_layout_check.py emulates the staging copies of
+cuda-turbo-copy16.diff (where each byte of a cache row lands, and which bytes the copies read).
 """
 
 import importlib.util
@@ -60,3 +61,32 @@ def test_register_v_layout_check_fails_on_a_wrong_position_or_selector(monkeypat
     monkeypatch.setattr(vr, "byte_perm", lambda x, y, s: byte_perm(x, y, 0x0002 if s == 0x0020 else s))
     with pytest.raises(AssertionError):
         vr.check(2, 64, 1)
+
+
+def test_copy16_staging_places_every_row_byte():
+    """cuda-turbo-copy16.diff (16-byte copies of row windows): staged rows, alignment, no overlap, no read past the
+    cache, for every staged turbo row size."""
+    c16 = _load("copy16_layout_check")
+    assert c16.main() == 0
+
+
+def test_copy16_staging_check_fails_when_windows_run_to_the_last_row(monkeypatch):
+    """With 16-byte copies allowed up to the step that ends on the cache's last row, the window of the last head
+    reaches past the cache for turbo2 and turbo4 at head size 256; the check must see that read."""
+    c16 = _load("copy16_layout_check")
+    copy = c16.Stage.copy
+
+    def loose(self, src, o, nb, wide, k0, k_last):
+        return copy(self, src, o, nb, wide, k0, k_last + 1 if wide and k0 + c16.ROWS - 1 <= k_last else k_last)
+
+    monkeypatch.setattr(c16.Stage, "copy", loose)
+    with pytest.raises(AssertionError, match="outside the cache"):
+        c16.check_sequence("turbo2", 256, n_rows=64)
+
+
+def test_copy16_staging_check_fails_without_the_window_offset(monkeypatch):
+    c16 = _load("copy16_layout_check")
+    monkeypatch.setattr(c16.Stage, "lane_src",
+                        lambda self, src, o, nb, lane: src + (lane // self.wc) * nb + 16 * (lane % self.wc))
+    with pytest.raises(AssertionError):
+        c16.check_sequence("turbo3", 128)
