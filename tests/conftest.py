@@ -7,12 +7,27 @@ TQGGUF_TEST_SOURCE / TQGGUF_TEST_BIN_DIR may point at an existing tree / binarie
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def load_script():
+    """A function that imports a file outside the package (a script, an experiment) by path, as a fresh module
+    named after the file."""
+
+    def load(path: Path):
+        spec = importlib.util.spec_from_file_location(Path(path).stem, path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+
+    return load
 
 
 @pytest.fixture(scope="session")

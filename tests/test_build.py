@@ -102,13 +102,9 @@ def test_print_bin(cpu_build):
 
 
 @pytest.mark.build
-def test_prepare_h200_slim_tree(cpu_build, tmp_path):
+def test_prepare_h200_slim_tree(cpu_build, tmp_path, load_script):
     """scripts/prepare_h200.py: the patched tree fits a device run (under 60 MiB) and still has what the run needs."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("prepare_h200", REPO / "scripts" / "prepare_h200.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script(REPO / "scripts" / "prepare_h200.py")
     out = tmp_path / "h200"
     assert mod.main(["--out", str(out)]) == 0
     tree = out / "llama.cpp"

@@ -8,7 +8,6 @@ and make sure each check fails on a wrong layout. copy16_layout_check.py emulate
 cuda-turbo-copy16.diff (where each byte of a cache row lands, and which bytes the copies read).
 """
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -17,25 +16,24 @@ import pytest
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "bench" / "experiments"
 
 
-def _load(name):
+@pytest.fixture
+def experiment(load_script):
+    """A function that loads bench/experiments/<name>.py as a fresh module."""
     if str(EXPERIMENTS) not in sys.path:
         sys.path.insert(0, str(EXPERIMENTS))  # v_reg_layout_check imports k_int8_layout_check
-    spec = importlib.util.spec_from_file_location(name, EXPERIMENTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return lambda name: load_script(EXPERIMENTS / f"{name}.py")
 
 
 @pytest.mark.parametrize("bits", [3, 2])
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
-def test_int8_k_layout_gives_the_dot_products(bits, head_dim):
-    k8 = _load("k_int8_layout_check")
+def test_int8_k_layout_gives_the_dot_products(bits, head_dim, experiment):
+    k8 = experiment("k_int8_layout_check")
     for heads in (1, 4, 8):
         k8.check_layout(bits, head_dim, heads)
 
 
-def test_int8_k_layout_check_fails_on_permuted_query_positions(monkeypatch):
-    k8 = _load("k_int8_layout_check")
+def test_int8_k_layout_check_fails_on_permuted_query_positions(monkeypatch, experiment):
+    k8 = experiment("k_int8_layout_check")
     pos = k8.pos
     monkeypatch.setattr(k8, "pos", lambda t, kk, h, n: pos(t, kk, h, (n + 1) % 4))
     with pytest.raises(AssertionError):
@@ -44,36 +42,36 @@ def test_int8_k_layout_check_fails_on_permuted_query_positions(monkeypatch):
 
 @pytest.mark.parametrize("bits", [3, 2])
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
-def test_register_v_layout_puts_values_where_the_store_reads_them(bits, head_dim):
-    vr = _load("v_reg_layout_check")
+def test_register_v_layout_puts_values_where_the_store_reads_them(bits, head_dim, experiment):
+    vr = experiment("v_reg_layout_check")
     for heads in (1, 4, 8):
         vr.check(bits, head_dim, heads)
 
 
-def test_register_v_layout_check_fails_on_a_wrong_position_or_selector(monkeypatch):
-    vr = _load("v_reg_layout_check")
+def test_register_v_layout_check_fails_on_a_wrong_position_or_selector(monkeypatch, experiment):
+    vr = experiment("v_reg_layout_check")
     monkeypatch.setattr(vr, "vreg_dim", lambda r, qq, i: 2 * r + qq % 2 + 32 * (qq // 2) + 16 * (i // 2))
     with pytest.raises(AssertionError):
         vr.check(3, 128, 4)
     monkeypatch.undo()
-    vr = _load("v_reg_layout_check")
+    vr = experiment("v_reg_layout_check")
     byte_perm = vr.byte_perm
     monkeypatch.setattr(vr, "byte_perm", lambda x, y, s: byte_perm(x, y, 0x0002 if s == 0x0020 else s))
     with pytest.raises(AssertionError):
         vr.check(2, 64, 1)
 
 
-def test_copy16_staging_places_every_row_byte():
+def test_copy16_staging_places_every_row_byte(experiment):
     """cuda-turbo-copy16.diff (16-byte copies of row windows): staged rows, alignment, no overlap, no read past the
     cache, for every staged turbo row size."""
-    c16 = _load("copy16_layout_check")
+    c16 = experiment("copy16_layout_check")
     assert c16.main() == 0
 
 
-def test_copy16_staging_check_fails_when_windows_run_to_the_last_row(monkeypatch):
+def test_copy16_staging_check_fails_when_windows_run_to_the_last_row(monkeypatch, experiment):
     """With 16-byte copies allowed up to the step that ends on the cache's last row, the window of the last head
     reaches past the cache for turbo2 and turbo4 at head size 256; the check must see that read."""
-    c16 = _load("copy16_layout_check")
+    c16 = experiment("copy16_layout_check")
     copy = c16.Stage.copy
 
     def loose(self, src, o, nb, wide, k0, k_last):
@@ -84,8 +82,8 @@ def test_copy16_staging_check_fails_when_windows_run_to_the_last_row(monkeypatch
         c16.check_sequence("turbo2", 256, n_rows=64)
 
 
-def test_copy16_staging_check_fails_without_the_window_offset(monkeypatch):
-    c16 = _load("copy16_layout_check")
+def test_copy16_staging_check_fails_without_the_window_offset(monkeypatch, experiment):
+    c16 = experiment("copy16_layout_check")
     monkeypatch.setattr(c16.Stage, "lane_src",
                         lambda self, src, o, nb, lane: src + (lane // self.wc) * nb + 16 * (lane % self.wc))
     with pytest.raises(AssertionError):

@@ -1,6 +1,5 @@
 """Tests for scripts/sass_loop.py: parsing cuobjdump's SASS listing and finding a kernel's main loop."""
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -40,11 +39,8 @@ arch = sm_90
 
 
 @pytest.fixture(scope="module")
-def sl():
-    spec = importlib.util.spec_from_file_location("sass_loop", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def sl(load_script):
+    return load_script(SCRIPT)
 
 
 def test_functions_splits_the_listing_per_kernel(sl):

@@ -2,7 +2,6 @@
 
 import csv
 import gzip
-import importlib.util
 import io
 from pathlib import Path
 
@@ -44,11 +43,8 @@ def csv_text(rows=ROWS, header=HEADER, kernel_line=True):
 
 
 @pytest.fixture(scope="module")
-def st():
-    spec = importlib.util.spec_from_file_location("sass_stalls", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def st(load_script):
+    return load_script(SCRIPT)
 
 
 def test_reads_offsets_counts_and_stall_reasons(st):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import re
@@ -24,16 +23,9 @@ JSON_PATH = ROOT / "tqgguf" / "data" / "codebooks.json"
 DESIGN_RANGES = {2: (0.10, 0.125), 3: (0.025, 0.036), 4: (0.007, 0.011)}
 
 
-def _load_gen():
-    spec = importlib.util.spec_from_file_location("gen_codebooks", GEN_PATH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.fixture(scope="module")
-def gen():
-    return _load_gen()
+def gen(load_script):
+    return load_script(GEN_PATH)
 
 
 @pytest.fixture(scope="module")
