@@ -11,7 +11,8 @@
 #   bash scripts/h200_run.sh profile        ncu sections (occupancy, stalls, memory) of the decode FlashAttention
 #                                           kernel at depth 32768, turbo3 and f16
 #   bash scripts/h200_run.sh sass           ncu per SASS instruction of the turbo3 decode kernel at depth 32768 (executed
-#                                           count and stall samples: where in the loop the warps wait; a .csv)
+#                                           count and stall samples: where the warps wait; a .csv.gz that
+#                                           scripts/sass_stalls.py summarizes)
 #   bash scripts/h200_run.sh kernels        ncu time of each decode FlashAttention and combine launch at depth 32768
 #                                           (after llama-bench's warm-up), turbo3 and f16 (TQ_KERNEL_CONFIGS="a b/c")
 #   bash scripts/h200_run.sh census         every kernel of a decode step at depth 0 (ncu), per token: f16, turbo3 and
@@ -217,6 +218,7 @@ step_sass() { # per-instruction counters of one turbo3 decode FlashAttention lau
     ncu --import "$MODELS/sass-turbo3.ncu-rep" --page source --print-source sass --csv \
         > "$OUT/sass-turbo3-d32768.csv" 2>> "$OUT/sass-turbo3-d32768.log"
     log "sass: $(wc -l < "$OUT/sass-turbo3-d32768.csv") lines"
+    gzip -9 -f "$OUT/sass-turbo3-d32768.csv"
 }
 
 # per-kernel launches and GPU time from an ncu log of `--metrics gpu__time_duration.sum` (file $2): the mean per
