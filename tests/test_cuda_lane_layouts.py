@@ -24,12 +24,16 @@ def experiment(load_script):
     return lambda name: load_script(EXPERIMENTS / f"{name}.py")
 
 
+# the int8 K emulation checks that the fragments give the dot products; the register V one that every value sits
+# where the store reads it and that O^T = V^T P^T
+@pytest.mark.parametrize("name, check", [("k_int8_layout_check", "check_layout"), ("v_reg_layout_check", "check")],
+                         ids=["int8-k", "register-v"])
 @pytest.mark.parametrize("bits", [3, 2])
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
-def test_int8_k_layout_gives_the_dot_products(bits, head_dim, experiment):
-    k8 = experiment("k_int8_layout_check")
+def test_lane_layout_emulation_holds(name, check, bits, head_dim, experiment):
+    mod = experiment(name)
     for heads in (1, 4, 8):
-        k8.check_layout(bits, head_dim, heads)
+        getattr(mod, check)(bits, head_dim, heads)
 
 
 def test_int8_k_layout_check_fails_on_permuted_query_positions(monkeypatch, experiment):
@@ -38,14 +42,6 @@ def test_int8_k_layout_check_fails_on_permuted_query_positions(monkeypatch, expe
     monkeypatch.setattr(k8, "pos", lambda t, kk, h, n: pos(t, kk, h, (n + 1) % 4))
     with pytest.raises(AssertionError):
         k8.check_layout(3, 128, 4)
-
-
-@pytest.mark.parametrize("bits", [3, 2])
-@pytest.mark.parametrize("head_dim", [64, 128, 256])
-def test_register_v_layout_puts_values_where_the_store_reads_them(bits, head_dim, experiment):
-    vr = experiment("v_reg_layout_check")
-    for heads in (1, 4, 8):
-        vr.check(bits, head_dim, heads)
 
 
 def test_register_v_layout_check_fails_on_a_wrong_position_or_selector(monkeypatch, experiment):
