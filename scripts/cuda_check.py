@@ -31,6 +31,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from tqgguf.bindings import ggml_types
+from tqgguf.errors import TqError
+
 DEFAULT_GLOB = "ggml/src/ggml-cuda/template-instances/fattn-turbo-instance-*.cu"
 DEFAULT_KERNELS = r"turbo"
 
@@ -97,10 +100,10 @@ def demangle(names: list[str]) -> dict[str, str]:
 def ggml_type_names(tree: Path) -> dict[int, str]:
     """ggml_type's values -> lower-case names (turbo3_0, q8_0), from the tree's ggml.h; empty if it is not there."""
     try:
-        text = (tree / "ggml" / "include" / "ggml.h").read_text(errors="replace")
-    except OSError:
+        types = ggml_types(tree / "ggml" / "include" / "ggml.h")
+    except (OSError, TqError):
         return {}
-    return {int(v): n.lower() for n, v in re.findall(r"\bGGML_TYPE_(\w+)\s*=\s*(\d+)\s*,", text)}
+    return {v: k.removeprefix("GGML_TYPE_").lower() for k, v in types.items()}
 
 
 def short_name(demangled: str, types: dict[int, str] | None = None) -> str:

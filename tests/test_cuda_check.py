@@ -58,6 +58,8 @@ def test_ggml_type_names_from_the_tree(cc, tmp_path):
     inc.mkdir(parents=True)
     (inc / "ggml.h").write_text("enum ggml_type {\n    GGML_TYPE_F32 = 0,\n    GGML_TYPE_TURBO3_0 = 44, // x\n};\n")
     assert cc.ggml_type_names(tmp_path) == {0: "f32", 44: "turbo3_0"}
+    (inc / "ggml.h").write_text("no enum here\n")
+    assert cc.ggml_type_names(tmp_path) == {}
     assert cc.ggml_type_names(tmp_path / "nowhere") == {}
 
 
@@ -66,7 +68,7 @@ def make_tree(tmp_path: Path, names: list[str]) -> Path:
     inst = tree / "ggml" / "src" / "ggml-cuda" / "template-instances"
     inst.mkdir(parents=True)
     (tree / "ggml" / "include").mkdir(parents=True)
-    (tree / "ggml" / "include" / "ggml.h").write_text("    GGML_TYPE_TURBO3_0 = 44,\n")
+    (tree / "ggml" / "include" / "ggml.h").write_text("enum ggml_type {\n    GGML_TYPE_TURBO3_0 = 44,\n};\n")
     for n in names:
         (inst / f"fattn-turbo-instance-{n}.cu").write_text("// instance\n")
     return tree
@@ -108,6 +110,7 @@ def test_compiles_every_instance_and_reports_kernels_as_json(cc, tmp_path, capsy
     assert all(f["ok"] for f in out["files"])
     assert len(out["kernels"]) == 2 and {k["name"] for k in out["kernels"]} == {MMA}
     assert all(k["registers"] == 128 and k["spill_stores"] == 16 for k in out["kernels"])
+    assert {k["demangled"] for k in out["kernels"]} <= {MMA, "flash_attn_ext_turbo_mma<128, 4, turbo3_0, turbo3_0>"}
     calls = (tmp_path / "calls.txt").read_text().splitlines()
     assert len(calls) == 2
     assert all("-arch=sm_90" in c and "-Xptxas -v" in c and "-I /opt/x/include" in c for c in calls)
