@@ -4,8 +4,8 @@ bench/experiments/k_int8_layout_check.py emulates patch 0023 (turbo2/turbo3 K sc
 packed blocks, byte permutes of the codebook, the m16n8k32 fragments) and v_reg_layout_check.py the V expansion of
 patch 0025 (index transposes, byte-table lookups, the m16n8k16 A fragment, the output positions). Both
 assume the bit layout that tqgguf.turbo.pack_indices writes (the C reference's); these tests keep the two in step,
-and make sure each check fails on a wrong layout. copy16_layout_check.py emulates the staging copies of
-cuda-turbo-copy16.diff (where each byte of a cache row lands, and which bytes the copies read).
+and make sure each check fails on a wrong layout. copy16_layout_check.py emulates the staging copies of patch 0031
+(where each byte of a cache row lands, and which bytes the copies read).
 """
 
 import sys
@@ -58,10 +58,25 @@ def test_register_v_layout_check_fails_on_a_wrong_position_or_selector(monkeypat
 
 
 def test_copy16_staging_places_every_row_byte(experiment):
-    """cuda-turbo-copy16.diff (16-byte copies of row windows): staged rows, alignment, no overlap, no read past the
-    cache, for every staged turbo row size."""
+    """0031 (16-byte copies of row windows for rows of more than 16 words): staged rows, alignment, no overlap, no
+    read past the cache, for every staged turbo row size; and the same with windows for every row (the removed
+    cuda-turbo-copy16.diff)."""
     c16 = experiment("copy16_layout_check")
     assert c16.main() == 0
+    assert c16.main(w16_min=0) == 0
+
+
+def test_copy16_only_long_rows_take_windows(experiment):
+    """turbo2/turbo3 rows at head size 128 (9 and 13 words) keep the 4-byte copies and the series' pitch; turbo4's
+    17 words and every row at 256 take 16-byte copies."""
+    c16 = experiment("copy16_layout_check")
+    sizes = {(kind, d): d // 64 * n for kind, n in c16.BLOCK_BYTES.items() for d in (128, 256)}
+    for (kind, d), row_bytes in sizes.items():
+        st = c16.Stage(row_bytes)
+        assert st.w16 == (row_bytes > 64), (kind, d)
+        copies = st.copy(src=0, o=0, nb=8 * row_bytes, wide=True, k0=0, k_last=100)
+        assert {n for *_, n in copies} == ({16} if st.w16 else {4}), (kind, d)
+    assert c16.Stage(52).pitch == 80 and c16.Stage(36).pitch == 48
 
 
 def test_copy16_staging_check_fails_when_windows_run_to_the_last_row(monkeypatch, experiment):
@@ -83,4 +98,4 @@ def test_copy16_staging_check_fails_without_the_window_offset(monkeypatch, exper
     monkeypatch.setattr(c16.Stage, "lane_src",
                         lambda self, src, o, nb, lane: src + (lane // self.wc) * nb + 16 * (lane % self.wc))
     with pytest.raises(AssertionError):
-        c16.check_sequence("turbo3", 128)
+        c16.check_sequence("turbo4", 128)
