@@ -26,7 +26,9 @@
 #   bash scripts/h200_run.sh streams        the cache-write kernels (ncu launch counts) of perplexity runs with one
 #                                           KV stream and with 8: whether the fused rotating SET_ROWS runs with both
 #   bash scripts/h200_run.sh bench [R] [DEPTHS] [CONFIGS]
-#                                           llama-bench -fa 1 on the Llama-3-8B shape (q4_0 weights)
+#                                           llama-bench -fa 1 on the Llama-3-8B shape (q4_0 weights); with
+#                                           TQ_BENCH_ROUNDS=N the configs run N times in turn (f16, a, b, f16, a,
+#                                           b, ...), so that a slow drift of the machine reaches every config
 # Steps can be combined: bash scripts/h200_run.sh build ops bench
 set -uo pipefail
 
@@ -152,14 +154,19 @@ step_streams() { # which kernels write the cache with one KV stream and with 8 (
 step_bench() { # reps, depths, configs
     local reps=${1:-2} depths=${2:-0,8192,32768} configs=${3:-f16,q8_0,q4_0,turbo4,turbo3,turbo2,q8_0/turbo4}
     synth l3-8b --preset llama3-8b --weights q4_0
-    log "llama-bench r=$reps d=$depths configs=$configs"
+    local rounds=${TQ_BENCH_ROUNDS:-1} round
+    log "llama-bench r=$reps d=$depths configs=$configs rounds=$rounds"
     : > "$OUT/bench.jsonl"
-    for c in ${configs//,/ }; do
-        local k=${c%%/*} v=${c##*/}
-        "$BIN/llama-bench" -m "$MODELS/l3-8b.gguf" -ngl 99 -fa 1 -p 2048 -n 128 -d "$depths" -r "$reps" \
-            -ctk "$k" -ctv "$v" -o jsonl >> "$OUT/bench.jsonl" 2> "$MODELS/bench.err" \
-            || { log "llama-bench failed for $c"; tail -5 "$MODELS/bench.err" | tee -a "$OUT/steps.log"; }
-        log "done $c"
+    for ((round = 1; round <= rounds; round++)); do
+        for c in ${configs//,/ }; do
+            local k=${c%%/*} v=${c##*/}
+            "$BIN/llama-bench" -m "$MODELS/l3-8b.gguf" -ngl 99 -fa 1 -p 2048 -n 128 -d "$depths" -r "$reps" \
+                -ctk "$k" -ctv "$v" -o jsonl >> "$OUT/bench.jsonl" 2> "$MODELS/bench.err" \
+                || { log "llama-bench failed for $c"; tail -5 "$MODELS/bench.err" | tee -a "$OUT/steps.log"; }
+            local tag=""
+            ((rounds > 1)) && tag=" (round $round)"
+            log "done $c$tag"
+        done
     done
 }
 

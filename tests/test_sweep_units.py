@@ -228,6 +228,29 @@ def test_recorded_llama_bench_and_ratios():
     assert parse_bench_jsonl("x", lines[0][:200]) == []   # a line cut by a kill
 
 
+def test_pool_rows_merges_repeated_runs():
+    """Interleaved rounds (scripts/h200_run.sh with TQ_BENCH_ROUNDS) give one llama-bench line per round and test:
+    pool_rows keeps one row per (config, test, depth), with the mean and sample spread of all repetitions."""
+    from tqgguf.bench_sweep import SpeedRow, parse_bench_jsonl, pool_rows
+
+    lines = read("llama-bench-tiny.jsonl").splitlines()
+    once = parse_bench_jsonl("f16", "\n".join(lines[:4]))
+    assert pool_rows(once) == once                       # nothing repeated: the rows as they were
+    twice = parse_bench_jsonl("f16", "\n".join(lines[:4] + lines[:4]))
+    pooled = pool_rows(twice)
+    assert [(r.config, r.test, r.depth) for r in pooled] == [(r.config, r.test, r.depth) for r in once]
+    for p, r in zip(pooled, once):
+        samples = [float(x) for x in r.extra["samples_ts"]] * 2
+        mean = sum(samples) / len(samples)
+        sd = math.sqrt(sum((x - mean) ** 2 for x in samples) / (len(samples) - 1))
+        assert p.avg_ts == pytest.approx(mean) and p.stddev_ts == pytest.approx(sd)
+        assert p.extra["runs"] == 2 and len(p.extra["samples_ts"]) == len(samples)
+    a = SpeedRow("turbo3", "tg128", 0, 100.0, 0.0)    # rows without samples count as one sample each
+    b = SpeedRow("turbo3", "tg128", 0, 110.0, 0.0)
+    (m,) = pool_rows([a, b])
+    assert m.avg_ts == pytest.approx(105.0) and m.stddev_ts == pytest.approx(math.sqrt(50.0))
+
+
 def test_recorded_batched_bench():
     from tqgguf.bench_sweep import parse_batched_jsonl, parse_batched_md
 

@@ -78,6 +78,26 @@ def parse_bench_jsonl(config: str, text: str) -> list[SpeedRow]:
     return rows
 
 
+def pool_rows(rows: list[SpeedRow]) -> list[SpeedRow]:
+    """One row per (config, test, depth), from rows measured several times (llama-bench run again for the same
+    config, as in interleaved rounds): the mean and sample standard deviation of all their repetitions' tok/s
+    (samples_ts), in the order the keys first appear. Rows without samples count as one sample of their average."""
+    groups: dict[tuple[str, str, int], list[SpeedRow]] = {}
+    for r in rows:
+        groups.setdefault((r.config, r.test, r.depth), []).append(r)
+    out = []
+    for (config, test, depth), rs in groups.items():
+        if len(rs) == 1:
+            out.append(rs[0])
+            continue
+        samples = [float(x) for r in rs for x in (r.extra.get("samples_ts") or [r.avg_ts])]
+        mean = sum(samples) / len(samples)
+        sd = math.sqrt(sum((x - mean) ** 2 for x in samples) / (len(samples) - 1)) if len(samples) > 1 else 0.0
+        out.append(SpeedRow(config, test, depth, mean, sd, rs[0].n_threads,
+                            {**rs[0].extra, "samples_ts": samples, "runs": len(rs)}))
+    return out
+
+
 def parse_batched_jsonl(config: str, text: str) -> list[SpeedRow]:
     """llama-batched-bench --output-format jsonl: one object per (pp, tg, pl). Three rows each: the aggregate
     speed over prompt and generation ("all"), prefill ("pp") and decode ("tg") tokens/s of all sequences."""

@@ -11,6 +11,7 @@
 # printed. Keep a call under 10 minutes: a fresh build takes about 5, each later variant about 3.
 #   RV_BENCH: llama-bench's reps, depths and configs (default "2 0,8192,32768 f16,turbo3,turbo4,turbo2,q8_0/turbo4")
 #   RV_OPS=0: skip test-backend-ops
+#   TQ_BENCH_ROUNDS=N: llama-bench runs the configs N times in turn (scripts/h200_run.sh); the summary pools them
 #   TQ_KERNEL_CONFIGS: the configs the kernels step times (scripts/h200_run.sh; default "turbo3 f16")
 #   RV_ENV="GGML_CUDA_TURBO_MAX_PARTS=33 GGML_CUDA_TURBO_COMBINE=1": after a variant's steps, bench and kernels
 #     again with each of these settings (one at a time; for diffs that read them), into $OUT/<variant>-<VAR>-<value>/
@@ -26,14 +27,14 @@ steps+=(bench "${bench_args[@]}" kernels)
 summary() { # ratios to f16 of a bench.jsonl, with the package's llama-bench parser and table
     PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" python3 - "$1" <<'PY'
 import json, sys
-from tqgguf.bench_sweep import add_ratios, bench_table, parse_bench_jsonl
+from tqgguf.bench_sweep import add_ratios, bench_table, parse_bench_jsonl, pool_rows
 lines = {}
 for line in open(sys.argv[1]):
     if line.lstrip().startswith("{"):
         d = json.loads(line)
         k, v = d["type_k"], d["type_v"]
         lines.setdefault(k if k == v else f"{k}/{v}", []).append(line)
-rows = [r for config, ls in lines.items() for r in parse_bench_jsonl(config, "".join(ls))]
+rows = pool_rows([r for config, ls in lines.items() for r in parse_bench_jsonl(config, "".join(ls))])
 add_ratios(rows)
 print(bench_table(rows))
 PY
