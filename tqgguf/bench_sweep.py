@@ -92,7 +92,7 @@ def pool_rows(rows: list[SpeedRow]) -> list[SpeedRow]:
             continue
         samples = [float(x) for r in rs for x in (r.extra.get("samples_ts") or [r.avg_ts])]
         mean = sum(samples) / len(samples)
-        sd = math.sqrt(sum((x - mean) ** 2 for x in samples) / (len(samples) - 1)) if len(samples) > 1 else 0.0
+        sd = math.sqrt(sum((x - mean) ** 2 for x in samples) / (len(samples) - 1))  # (two rows: >= 2 samples)
         out.append(SpeedRow(config, test, depth, mean, sd, rs[0].n_threads,
                             {**rs[0].extra, "samples_ts": samples, "runs": len(rs)}))
     return out

@@ -6,9 +6,10 @@ Emulates fattn_tmma_stage::copy of 0031 lane by lane for every staged turbo row 
 16-byte copies of a row window (cp.async.cg, from the row's start rounded down to 16 bytes), and the 4-byte copies
 of the last step and of caches whose strides do not allow windows; rows of up to 16 words (turbo2/turbo3 at head
 size 128) take the 4-byte copies only, as before 0031. Stage(row_bytes, w16_min=0) models the removed
-cuda-turbo-copy16.diff, which gave every staged row the windows (`git show abbbc10:bench/experiments/...`). Asserts that every staged row holds its cache row's byte j at o + j, that
-every copy is aligned to its size, writes inside the warp's buffer and does not overlap another copy of the step,
-and that no read leaves the cache.
+cuda-turbo-copy16.diff, which gave every staged row the windows (`git show
+abbbc10:bench/experiments/cuda-turbo-copy16.diff`). Asserts that every staged row holds its cache row's byte j at
+o + j, that every copy is aligned to its size, writes inside the warp's buffer and does not overlap another copy of
+the step, and that no read leaves the cache.
 
     python bench/experiments/copy16_layout_check.py
 """
@@ -123,11 +124,8 @@ def main(w16_min: int = 16) -> int:
             # a step and one that ends with a whole step (whose last row has no next position to read into); a row
             # stride that is not a multiple of 16 (4-byte copies throughout); 4 heads, and a cache that starts 4
             # bytes into its buffer (4-byte copies)
-            total += check_sequence(kind, head_dim, w16_min=w16_min)
-            total += check_sequence(kind, head_dim, n_rows=64, w16_min=w16_min)
-            total += check_sequence(kind, head_dim, pad=4, w16_min=w16_min)
-            total += check_sequence(kind, head_dim, n_heads=4, n_rows=48, w16_min=w16_min)
-            total += check_sequence(kind, head_dim, n_rows=40, base=4, w16_min=w16_min)
+            for case in ({}, {"n_rows": 64}, {"pad": 4}, {"n_heads": 4, "n_rows": 48}, {"n_rows": 40, "base": 4}):
+                total += check_sequence(kind, head_dim, w16_min=w16_min, **case)
             copies = f"window {st.wc} x 16 B, {st.wni} 16-byte copies per lane and step" if st.w16 else "4-byte copies"
             print(f"{kind} D={head_dim}: row {row_bytes} B, {copies} (4-byte: {ROWS // st.rpi * st.nc}), "
                   f"pitch {st.pitch} B")
