@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Measure run-time switches of one build against each other on the H200, in alternating rounds on one machine, so
+# that a drift of the machine reaches every setting (fifteenth round: cuda-turbo-lc-hold-switches.diff, the
+# set_rows kernel's PDL trigger and the merge's 128-part hold). Prepare with `python scripts/prepare_h200.py`, then,
+# through the device tool with .h200 carried, on a fresh machine (build about 330 s):
+#   bash bench/experiments/run-switches.sh bench/experiments/cuda-turbo-lc-hold-switches.diff
+# Steps: apply the diff, build llama-bench and test-backend-ops, the turbo test cases, the decode kernels' ncu
+# times per setting, then llama-bench tg128 (no prompt run) at RS_DEPTHS for each "config setting" of RS_RUNS, in
+# rounds until RS_SECONDS have passed (at least one round). Results go to $OUT/switches/ (default ./h200-out).
+#   RS_RUNS: ";"-separated "config [VAR=value ...]" (default below); "-" for no setting
+#   RS_KERNELS: ";"-separated "config [VAR=value ...]" for the ncu times at d32768
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+[ $# -eq 1 ] || { echo "usage: run-switches.sh <diff>" >&2; exit 2; }
+export OUT=${OUT:-$ROOT/h200-out}/switches
+mkdir -p "$OUT"
+BIN=${TQ_BUILD:-$ROOT/h200-out/build}/bin
+MODELS=${TQ_MODELS:-/tmp/tq-models}
+RUNS=${RS_RUNS:-"f16 -;turbo3 -;turbo3 GGML_CUDA_TURBO_SET_ROWS_LC=0;turbo4 -;turbo4 GGML_CUDA_TURBO_SET_ROWS_LC=0;turbo4 GGML_CUDA_TURBO_COMBINE_HOLD=64"}
+KERNELS=${RS_KERNELS:-"turbo3 -;turbo4 -;turbo4 GGML_CUDA_TURBO_COMBINE_HOLD=64"}
+DEPTHS=${RS_DEPTHS:-0,32768}
+
+(cd "$ROOT/.h200/llama.cpp" && patch -p1 < "$ROOT/$1") > "$OUT/patch.log" 2>&1 || { cat "$OUT/patch.log"; exit 1; }
+TQ_BUILD_TARGETS="llama-bench test-backend-ops" bash "$ROOT/scripts/h200_run.sh" build ops || exit 1
+start=$SECONDS
+
+IFS=';' read -r -a kernels <<< "$KERNELS"
+for run in "${kernels[@]}"; do
+    read -r c setting <<< "$run"
+    [ "$setting" = - ] && setting=
+    tag=${setting:-default}
+    # (h200_run.sh kernels appends to $OUT/kernels.txt; one sub-folder per setting keeps the ncu outputs apart)
+    env $setting OUT="$OUT/kernels-$tag" TQ_KERNEL_CONFIGS="$c" bash "$ROOT/scripts/h200_run.sh" kernels \
+        | sed "s|^|$tag: |" | tee -a "$OUT/kernels.txt"
+done
+
+IFS=';' read -r -a runs <<< "$RUNS"
+: > "$OUT/bench.jsonl"
+round=0
+while ((round == 0 || SECONDS - start < ${RS_SECONDS:-200})); do
+    round=$((round + 1))
+    for run in "${runs[@]}"; do
+        read -r c setting <<< "$run"
+        [ "$setting" = - ] && setting=
+        k=${c%%/*} v=${c##*/}
+        # each JSON line gets the setting, so that the summary can tell the runs apart
+        env $setting "$BIN/llama-bench" -m "$MODELS/l3-8b.gguf" -ngl 99 -fa 1 -p 0 -n 128 -d "$DEPTHS" -r 2 \
+            -ctk "$k" -ctv "$v" -o jsonl 2> "$OUT/bench.err" \
+            | sed "s|^{|{\"setting\": \"${setting:-default}\", \"round\": $round, |" >> "$OUT/bench.jsonl"
+        echo "[$(date +%H:%M:%S)] round $round: $c ${setting:-default}" | tee -a "$OUT/steps.log"
+    done
+done
+
+python3 - "$OUT/bench.jsonl" <<'PY' | tee "$OUT/summary.txt"
+import json, statistics, sys
+rows = [json.loads(line) for line in open(sys.argv[1]) if line.startswith("{")]
+def key(r):
+    k, v = r["type_k"], r["type_v"]
+    return (k if k == v else f"{k}/{v}", r["setting"], r["n_depth"])
+tps = {}
+for r in rows:
+    tps.setdefault(key(r), []).extend(r["samples_ts"])
+print("| K/V | setting | depth | tg128 tok/s (mean, sd, n) | x f16 |")
+print("| --- | --- | --- | --- | --- |")
+for (c, s, d), xs in sorted(tps.items(), key=lambda kv: (kv[0][2], kv[0][0], kv[0][1])):
+    f16 = tps.get(("f16", "default", d))
+    ratio = statistics.mean(xs)/statistics.mean(f16) if f16 else float("nan")
+    sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
+    print(f"| {c} | {s} | {d} | {statistics.mean(xs):.2f}, {sd:.2f}, {len(xs)} | {ratio:.3f} |")
+PY
