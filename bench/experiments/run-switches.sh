@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
 # Measure run-time switches of one build against each other on the H200, in alternating rounds on one machine, so
-# that a drift of the machine reaches every setting (fifteenth round: cuda-turbo-lc-hold-switches.diff, the
-# set_rows kernel's PDL trigger and the merge's 128-part hold). Prepare with `python scripts/prepare_h200.py`, then,
-# through the device tool with .h200 carried, on a fresh machine (build about 330 s):
-#   bash bench/experiments/run-switches.sh bench/experiments/cuda-turbo-lc-hold-switches.diff
+# that a drift of the machine reaches every setting. The fifteenth round measured the set_rows kernel's PDL trigger
+# and the merge's 128-part hold this way (now 0033/0034; the diff with their switches:
+# `git show fc5beea:bench/experiments/cuda-turbo-lc-hold-switches.diff`; a diff must be in the working tree to
+# travel to the device, e.g. as bench/experiments/switches.diff):
+#   RS_SECONDS=125 RS_RUNS='f16 -;turbo3 -;turbo3 GGML_CUDA_TURBO_SET_ROWS_LC=0' \
+#     bash bench/experiments/run-switches.sh bench/experiments/switches.diff
+# Prepare with `python scripts/prepare_h200.py`, then run it through the device tool with .h200 carried, on a fresh
+# machine (build about 260 s). The diff's path is taken relative to the repository root unless it is absolute.
 # Steps: apply the diff, build llama-bench and test-backend-ops, the turbo test cases, the decode kernels' ncu
 # times per setting, then llama-bench tg128 (no prompt run) at RS_DEPTHS for each "config setting" of RS_RUNS, in
 # rounds until RS_SECONDS have passed (at least one round). Results go to $OUT/switches/ (default ./h200-out).
-#   RS_RUNS: ";"-separated "config [VAR=value ...]" (default below); "-" for no setting
-#   RS_KERNELS: ";"-separated "config [VAR=value ...]" for the ncu times at d32768
+#   RS_RUNS (required): ";"-separated "config [VAR=value ...]"; "-" for no setting; the ratios are to the run
+#     "f16 -", so include it
+#   RS_KERNELS: ";"-separated "config [VAR=value ...]" for the ncu times at d32768 (default "turbo3 -;turbo4 -")
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 [ $# -eq 1 ] || { echo "usage: run-switches.sh <diff>" >&2; exit 2; }
@@ -16,11 +21,13 @@ export OUT=${OUT:-$ROOT/h200-out}/switches
 mkdir -p "$OUT"
 BIN=${TQ_BUILD:-$ROOT/h200-out/build}/bin
 MODELS=${TQ_MODELS:-/tmp/tq-models}
-RUNS=${RS_RUNS:-"f16 -;turbo3 -;turbo3 GGML_CUDA_TURBO_SET_ROWS_LC=0;turbo4 -;turbo4 GGML_CUDA_TURBO_SET_ROWS_LC=0;turbo4 GGML_CUDA_TURBO_COMBINE_HOLD=64"}
-KERNELS=${RS_KERNELS:-"turbo3 -;turbo4 -;turbo4 GGML_CUDA_TURBO_COMBINE_HOLD=64"}
+RUNS=${RS_RUNS:?set RS_RUNS, e.g. RS_RUNS='f16 -;turbo3 -;turbo3 VAR=0'}
+KERNELS=${RS_KERNELS:-"turbo3 -;turbo4 -"}
 DEPTHS=${RS_DEPTHS:-0,32768}
 
-(cd "$ROOT/.h200/llama.cpp" && patch -p1 < "$ROOT/$1") > "$OUT/patch.log" 2>&1 || { cat "$OUT/patch.log"; exit 1; }
+diff=$1
+[[ $diff = /* ]] || diff=$ROOT/$diff
+(cd "$ROOT/.h200/llama.cpp" && patch -p1 < "$diff") > "$OUT/patch.log" 2>&1 || { cat "$OUT/patch.log"; exit 1; }
 TQ_BUILD_TARGETS="llama-bench test-backend-ops" bash "$ROOT/scripts/h200_run.sh" build ops || exit 1
 start=$SECONDS
 
