@@ -7,8 +7,9 @@
 #   RS_SECONDS=125 RS_RUNS='f16 -;turbo3 -;turbo3 GGML_CUDA_TURBO_SET_ROWS_LC=0' \
 #     bash bench/experiments/run-switches.sh bench/experiments/switches.diff
 # Prepare with `python scripts/prepare_h200.py`, then run it through the device tool with .h200 carried, on a fresh
-# machine (build about 260 s). The diff's path is taken relative to the repository root unless it is absolute.
-# Steps: apply the diff, build llama-bench and test-backend-ops, the turbo test cases, the decode kernels' ncu
+# machine (build about 260 s). Several diffs are applied in the order given; a path is taken relative to the
+# repository root unless it is absolute.
+# Steps: apply the diffs, build llama-bench and test-backend-ops, the turbo test cases, the decode kernels' ncu
 # times per setting, then llama-bench tg128 (no prompt run) at RS_DEPTHS for each "config setting" of RS_RUNS, in
 # rounds until RS_SECONDS have passed (at least one round). Results go to $OUT/switches/ (default ./h200-out).
 #   RS_RUNS (required): ";"-separated "config [VAR=value ...]"; "-" for no setting; the ratios are to the run
@@ -16,7 +17,7 @@
 #   RS_KERNELS: ";"-separated "config [VAR=value ...]" for the ncu times at d32768 (default "turbo3 -;turbo4 -")
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-[ $# -eq 1 ] || { echo "usage: run-switches.sh <diff>" >&2; exit 2; }
+[ $# -ge 1 ] || { echo "usage: run-switches.sh <diff> [<diff> ...]" >&2; exit 2; }
 export OUT=${OUT:-$ROOT/h200-out}/switches
 mkdir -p "$OUT"
 BIN=${TQ_BUILD:-$ROOT/h200-out/build}/bin
@@ -25,9 +26,10 @@ RUNS=${RS_RUNS:?set RS_RUNS, e.g. RS_RUNS='f16 -;turbo3 -;turbo3 VAR=0'}
 KERNELS=${RS_KERNELS:-"turbo3 -;turbo4 -"}
 DEPTHS=${RS_DEPTHS:-0,32768}
 
-diff=$1
-[[ $diff = /* ]] || diff=$ROOT/$diff
-(cd "$ROOT/.h200/llama.cpp" && patch -p1 < "$diff") > "$OUT/patch.log" 2>&1 || { cat "$OUT/patch.log"; exit 1; }
+for diff in "$@"; do
+    [[ $diff = /* ]] || diff=$ROOT/$diff
+    (cd "$ROOT/.h200/llama.cpp" && patch -p1 < "$diff") >> "$OUT/patch.log" 2>&1 || { cat "$OUT/patch.log"; exit 1; }
+done
 TQ_BUILD_TARGETS="llama-bench test-backend-ops" bash "$ROOT/scripts/h200_run.sh" build ops || exit 1
 start=$SECONDS
 
