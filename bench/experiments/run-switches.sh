@@ -31,7 +31,6 @@ for diff in "$@"; do
     (cd "$ROOT/.h200/llama.cpp" && patch -p1 < "$diff") >> "$OUT/patch.log" 2>&1 || { cat "$OUT/patch.log"; exit 1; }
 done
 TQ_BUILD_TARGETS="llama-bench test-backend-ops" bash "$ROOT/scripts/h200_run.sh" build ops || exit 1
-start=$SECONDS
 
 IFS=';' read -r -a kernels <<< "$KERNELS"
 for run in "${kernels[@]}"; do
@@ -46,6 +45,7 @@ done
 IFS=';' read -r -a runs <<< "$RUNS"
 : > "$OUT/bench.jsonl"
 round=0
+start=$SECONDS # (RS_SECONDS counts the rounds only; in the fifteenth round it counted the kernels' 50 s too)
 while ((round == 0 || SECONDS - start < ${RS_SECONDS:-200})); do
     round=$((round + 1))
     for run in "${runs[@]}"; do
