@@ -63,17 +63,25 @@ done
 python3 - "$OUT/bench.jsonl" <<'PY' | tee "$OUT/summary.txt"
 import json, statistics, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.startswith("{")]
-def key(r):
-    k, v = r["type_k"], r["type_v"]
-    return (k if k == v else f"{k}/{v}", r["setting"], r["n_depth"])
-tps = {}
+tps, per_round = {}, {}
 for r in rows:
-    tps.setdefault(key(r), []).extend(r["samples_ts"])
-print("| K/V | setting | depth | tg128 tok/s (mean, sd, n) | x f16 |")
-print("| --- | --- | --- | --- | --- |")
-for (c, s, d), xs in sorted(tps.items(), key=lambda kv: (kv[0][2], kv[0][0], kv[0][1])):
-    f16 = tps.get(("f16", "default", d))
-    ratio = statistics.mean(xs)/statistics.mean(f16) if f16 else float("nan")
+    k, v = r["type_k"], r["type_v"]
+    key = (k if k == v else f"{k}/{v}", r["setting"], r["n_depth"])
+    tps.setdefault(key, []).extend(r["samples_ts"])
+    per_round.setdefault(key, {})[r["round"]] = statistics.mean(r["samples_ts"])
+# ratios to the f16 run without a setting: of the mean tok/s, and per round (the rounds alternate the settings, so a
+# drift of the machine reaches them all); f16's own rows list its tok/s per round
+print("| K/V | setting | depth | tg128 tok/s (mean, sd, n) | x f16 | per round |")
+print("| --- | --- | --- | --- | --- | --- |")
+for key, xs in sorted(tps.items(), key=lambda kv: (kv[0][2], kv[0][0], kv[0][1])):
+    c, s, d = key
+    f16 = ("f16", "default", d)
+    ratio = statistics.mean(xs)/statistics.mean(tps[f16]) if f16 in tps else float("nan")
     sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
-    print(f"| {c} | {s} | {d} | {statistics.mean(xs):.2f}, {sd:.2f}, {len(xs)} | {ratio:.3f} |")
+    rounds = sorted(per_round[key])
+    if c == "f16" or f16 not in per_round:
+        per = ", ".join(f"{per_round[key][n]:.1f}" for n in rounds)
+    else:
+        per = ", ".join(f"{per_round[key][n]/per_round[f16][n]:.3f}" for n in rounds if n in per_round[f16])
+    print(f"| {c} | {s} | {d} | {statistics.mean(xs):.2f}, {sd:.2f}, {len(xs)} | {ratio:.3f} | {per} |")
 PY
