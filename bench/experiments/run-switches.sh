@@ -60,28 +60,29 @@ while ((round == 0 || SECONDS - start < ${RS_SECONDS:-200})); do
     done
 done
 
-python3 - "$OUT/bench.jsonl" <<'PY' | tee "$OUT/summary.txt"
-import json, statistics, sys
-rows = [json.loads(line) for line in open(sys.argv[1]) if line.startswith("{")]
-tps, per_round = {}, {}
-for r in rows:
-    k, v = r["type_k"], r["type_v"]
-    key = (k if k == v else f"{k}/{v}", r["setting"], r["n_depth"])
-    tps.setdefault(key, []).extend(r["samples_ts"])
-    per_round.setdefault(key, {})[r["round"]] = statistics.mean(r["samples_ts"])
-# ratios to the f16 run without a setting: of the mean tok/s, and per round (the rounds alternate the settings, so a
-# drift of the machine reaches them all); f16's own rows list its tok/s per round
-print("| K/V | setting | depth | tg128 tok/s (mean, sd, n) | x f16 | per round |")
-print("| --- | --- | --- | --- | --- | --- |")
-for key, xs in sorted(tps.items(), key=lambda kv: (kv[0][2], kv[0][0], kv[0][1])):
-    c, s, d = key
-    f16 = ("f16", "default", d)
-    ratio = statistics.mean(xs)/statistics.mean(tps[f16]) if f16 in tps else float("nan")
-    sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
-    rounds = sorted(per_round[key])
-    if c == "f16" or f16 not in per_round:
-        per = ", ".join(f"{per_round[key][n]:.1f}" for n in rounds)
-    else:
-        per = ", ".join(f"{per_round[key][n]/per_round[f16][n]:.3f}" for n in rounds if n in per_round[f16])
-    print(f"| {c} | {s} | {d} | {statistics.mean(xs):.2f}, {sd:.2f}, {len(xs)} | {ratio:.3f} | {per} |")
+# ratios to the f16 run without a setting, with the package's llama-bench parser, pooling and table: of all rounds
+# together, then of each round alone (the rounds alternate the settings, so a drift of the machine reaches them all)
+PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" python3 - "$OUT/bench.jsonl" <<'PY' | tee "$OUT/summary.txt"
+import json, sys
+from tqgguf.bench_sweep import add_ratios, bench_table, parse_bench_jsonl, pool_rows
+lines = {}  # (label, round) -> jsonl lines; label: the config, with its setting if it has one
+for line in open(sys.argv[1]):
+    if line.startswith("{"):
+        d = json.loads(line)
+        k, v = d["type_k"], d["type_v"]
+        label = (k if k == v else f"{k}/{v}") + ("" if d["setting"] == "default" else f" {d['setting']}")
+        lines.setdefault((label, d["round"]), []).append(line)
+rows = {key: parse_bench_jsonl(key[0], "".join(ls)) for key, ls in lines.items()}
+pooled = pool_rows([r for rs in rows.values() for r in rs])
+add_ratios(pooled)
+print(bench_table(pooled))
+per = {}  # (label, test, depth) -> the rounds' ratios
+for n in sorted({n for _, n in rows}):
+    rs = [r for (_, m), rr in rows.items() if m == n for r in rr]
+    add_ratios(rs)
+    for r in rs:
+        per.setdefault((r.config, r.test, r.depth), []).append("-" if r.ratio is None else f"{r.ratio:.3f}")
+print("\n| K/V | test | depth | x f16 per round |\n| --- | --- | --- | --- |")
+for r in pooled:
+    print(f"| {r.config} | {r.test} | {r.depth} | {', '.join(per[(r.config, r.test, r.depth)])} |")
 PY
