@@ -67,6 +67,12 @@ step_build() {
     local t1=$(date +%s)
     log "build done in $((t1 - t0)) s ($(nproc) jobs)"
     echo "build_seconds: $((t1 - t0))" >> "$OUT/device.txt"
+    # where the build's time goes: ninja's log (start and end in ms of each output) and its ten longest steps
+    if [ -f "$BUILD/.ninja_log" ]; then
+        cp "$BUILD/.ninja_log" "$OUT/ninja-log.txt"
+        awk -F'\t' '!/^#/ { printf "%7.1f s  %s\n", ($2 - $1)/1000, $4 }' "$BUILD/.ninja_log" | sort -rn | head -10 \
+            | sed 's/^/  longest: /' | tee -a "$OUT/steps.log"
+    fi
 }
 
 # the small hd128 GQA-4 model of the parity and fusion steps
