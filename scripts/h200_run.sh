@@ -174,6 +174,8 @@ step_bench() { # reps, depths, configs
             log "done $c$tag"
         done
     done
+    # ratios to f16, pooled and per round
+    python3 "$ROOT/scripts/bench_rounds.py" "$OUT/bench.jsonl" > "$OUT/summary.txt" || log "no summary of bench.jsonl"
 }
 
 step_diag() { # where decode time goes: CUDA graphs, graph splits, per-kernel times (ncu)

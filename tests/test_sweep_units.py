@@ -251,6 +251,42 @@ def test_pool_rows_merges_repeated_runs():
     assert m.avg_ts == pytest.approx(105.0) and m.stddev_ts == pytest.approx(math.sqrt(50.0))
 
 
+def test_bench_rounds_script(tmp_path):
+    """scripts/bench_rounds.py: rounds from llama-bench lines (by a "round" key, else by repetition), ratios to
+    f16 pooled and per round, a setting as part of the label, clear exit codes on bad input."""
+    import json as _json
+
+    def line(k, v, ts, rnd=None, setting=None):
+        d = {"type_k": k, "type_v": v, "n_prompt": 0, "n_gen": 128, "n_depth": 0, "avg_ts": ts, "stddev_ts": 0.0,
+             "samples_ts": [ts, ts]}
+        if rnd is not None:
+            d["round"] = rnd
+        if setting is not None:
+            d["setting"] = setting
+        return _json.dumps(d)
+
+    script = [sys.executable, str(Path(__file__).parent.parent / "scripts" / "bench_rounds.py")]
+    # h200_run.sh's rounds: no round key, the n-th run of a config is round n; the second round's turbo3 was cut
+    f = tmp_path / "bench.jsonl"
+    f.write_text("\n".join([line("f16", "f16", 100.0), line("turbo3", "turbo3", 130.0), "log line",
+                            line("f16", "f16", 200.0), line("turbo3", "turbo3", 250.0), '{"type_k": "cut']) + "\n")
+    p = subprocess.run(script + [str(f)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert "| turbo3 | tg128 | 0 | 1.300, 1.250 |" in p.stdout
+    # pooled: turbo3's mean 190 over f16's 150
+    assert "| turbo3 | tg128 | 0 | 190.00 ± 69.28 | 1.27" in p.stdout
+    # run-switches.sh's lines: round and setting keys; an asymmetric config's label is K/V
+    f.write_text("\n".join([line("f16", "f16", 100.0, 1, "default"), line("turbo3", "turbo3", 120.0, 1, "X=0"),
+                            line("q8_0", "turbo4", 110.0, 1, "default")]) + "\n")
+    p = subprocess.run(script + [str(f)], capture_output=True, text=True)
+    assert "| turbo3 X=0 | tg128 | 0 | 1.200 |" in p.stdout and "| q8_0/turbo4 | tg128 | 0 | 1.100 |" in p.stdout
+    f.write_text("no json here\n")
+    p = subprocess.run(script + [str(f)], capture_output=True, text=True)
+    assert p.returncode == 1 and "no llama-bench JSON lines" in p.stderr
+    p = subprocess.run(script + [str(tmp_path / "missing.jsonl")], capture_output=True, text=True)
+    assert p.returncode == 2 and "cannot read" in p.stderr and "Traceback" not in p.stderr
+
+
 def test_recorded_batched_bench():
     from tqgguf.bench_sweep import parse_batched_jsonl, parse_batched_md
 

@@ -70,29 +70,6 @@ while ((round == 0 || SECONDS - start < ${RS_SECONDS:-200})); do
     done
 done
 
-# ratios to the f16 run without a setting, with the package's llama-bench parser, pooling and table: of all rounds
+# ratios to the f16 run without a setting (the package's llama-bench parser, pooling and table): of all rounds
 # together, then of each round alone (the rounds alternate the settings, so a drift of the machine reaches them all)
-PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" python3 - "$OUT/bench.jsonl" <<'PY' | tee "$OUT/summary.txt"
-import json, sys
-from tqgguf.bench_sweep import add_ratios, bench_table, parse_bench_jsonl, pool_rows
-lines = {}  # (label, round) -> jsonl lines; label: the config, with its setting if it has one
-for line in open(sys.argv[1]):
-    if line.startswith("{"):
-        d = json.loads(line)
-        k, v = d["type_k"], d["type_v"]
-        label = (k if k == v else f"{k}/{v}") + ("" if d["setting"] == "default" else f" {d['setting']}")
-        lines.setdefault((label, d["round"]), []).append(line)
-rows = {key: parse_bench_jsonl(key[0], "".join(ls)) for key, ls in lines.items()}
-pooled = pool_rows([r for rs in rows.values() for r in rs])
-add_ratios(pooled)
-print(bench_table(pooled))
-per = {}  # (label, test, depth) -> the rounds' ratios
-for n in sorted({n for _, n in rows}):
-    rs = [r for (_, m), rr in rows.items() if m == n for r in rr]
-    add_ratios(rs)
-    for r in rs:
-        per.setdefault((r.config, r.test, r.depth), []).append("-" if r.ratio is None else f"{r.ratio:.3f}")
-print("\n| K/V | test | depth | x f16 per round |\n| --- | --- | --- | --- |")
-for r in pooled:
-    print(f"| {r.config} | {r.test} | {r.depth} | {', '.join(per[(r.config, r.test, r.depth)])} |")
-PY
+python3 "$ROOT/scripts/bench_rounds.py" "$OUT/bench.jsonl" | tee "$OUT/summary.txt"
