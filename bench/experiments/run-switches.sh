@@ -26,19 +26,10 @@ RUNS=${RS_RUNS:?set RS_RUNS, e.g. RS_RUNS='f16 -;turbo3 -;turbo3 VAR=0'}
 KERNELS=${RS_KERNELS:-"turbo3 -;turbo4 -"}
 DEPTHS=${RS_DEPTHS:-0,32768}
 
-# as run-variant.sh: files that an earlier call patched get a fresh time stamp (the tree carried again has the
-# development machine's older ones, which would leave the patched objects in the build of a warm machine), and this
-# call's diffs add theirs to the same list
-PATCHED_LIST=${TQ_BUILD:-$ROOT/h200-out/build}/../rv-patched-files
-mkdir -p "$(dirname "$PATCHED_LIST")"
-if [ -s "$PATCHED_LIST" ]; then
-    sort -u "$PATCHED_LIST" | (cd "$ROOT/.h200/llama.cpp" && xargs -r touch -c)
-    : > "$PATCHED_LIST"
-fi
+. "$ROOT/bench/experiments/patch-tree.sh"
+refresh_patched_files
 for diff in "$@"; do
-    [[ $diff = /* ]] || diff=$ROOT/$diff
-    sed -n 's|^+++ b/||p' "$diff" | cut -f1 >> "$PATCHED_LIST"
-    (cd "$ROOT/.h200/llama.cpp" && patch -p1 < "$diff") >> "$OUT/patch.log" 2>&1 || { cat "$OUT/patch.log"; exit 1; }
+    apply_diff "$diff" || { cat "$OUT/patch.log"; exit 1; }
 done
 TQ_BUILD_TARGETS="llama-bench test-backend-ops" bash "$ROOT/scripts/h200_run.sh" build ops || exit 1
 

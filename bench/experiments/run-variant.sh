@@ -24,25 +24,7 @@ steps=(build)
 [ "${RV_OPS:-1}" = 0 ] || steps+=(ops)
 steps+=(bench "${bench_args[@]}" kernels)
 
-summary() { # ratios to f16 of a bench.jsonl, with the package's llama-bench parser and table
-    PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" python3 - "$1" <<'PY'
-import json, sys
-from tqgguf.bench_sweep import add_ratios, bench_table, parse_bench_jsonl, pool_rows
-lines = {}
-for line in open(sys.argv[1]):
-    if line.lstrip().startswith("{"):
-        d = json.loads(line)
-        k, v = d["type_k"], d["type_v"]
-        lines.setdefault(k if k == v else f"{k}/{v}", []).append(line)
-rows = pool_rows([r for config, ls in lines.items() for r in parse_bench_jsonl(config, "".join(ls))])
-add_ratios(rows)
-print(bench_table(rows))
-PY
-}
-
-# (kept beside the build directory, which outlives a call on a warm machine)
-PATCHED_LIST=${TQ_BUILD:-$ROOT/h200-out/build}/../rv-patched-files
-mkdir -p "$(dirname "$PATCHED_LIST")"
+. "$ROOT/bench/experiments/patch-tree.sh"
 rc=0
 for what in "$@"; do
     diffs=()
@@ -55,17 +37,10 @@ for what in "$@"; do
     fi
     export OUT=$BASE_OUT/$name
     mkdir -p "$OUT"
-    # Files that an earlier variant patched get a fresh time stamp: the tree restored at the end of a variant, or
-    # carried again by the next call (with the time stamps of the development machine, older than the objects
-    # built from the patched files), would otherwise leave those objects in the build.
-    if [ -s "$PATCHED_LIST" ]; then
-        sort -u "$PATCHED_LIST" | (cd "$ROOT/.h200/llama.cpp" && xargs -r touch -c)
-        : > "$PATCHED_LIST"
-    fi
+    refresh_patched_files
     applied=()
     for d in "${diffs[@]}"; do
-        sed -n 's|^+++ b/||p' "$ROOT/$d" | cut -f1 >> "$PATCHED_LIST" # (before: a failed patch may touch files)
-        if (cd "$ROOT/.h200/llama.cpp" && patch -p1 < "$ROOT/$d") >> "$OUT/patch.log" 2>&1; then
+        if apply_diff "$d"; then
             applied+=("$d")
         else
             cat "$OUT/patch.log"; rc=1; break
@@ -74,17 +49,17 @@ for what in "$@"; do
     if [ ${#applied[@]} -eq ${#diffs[@]} ]; then
         echo "== $name"
         bash "$ROOT/scripts/h200_run.sh" "${steps[@]}" || rc=1
-        [ -s "$OUT/bench.jsonl" ] && summary "$OUT/bench.jsonl"
+        [ -s "$OUT/summary.txt" ] && cat "$OUT/summary.txt" # (h200_run.sh bench's ratios to f16)
         for setting in ${RV_ENV:-}; do
             echo "== $name with $setting"
             sub=$BASE_OUT/$name-${setting//=/-}
             env OUT="$sub" "$setting" bash "$ROOT/scripts/h200_run.sh" bench "${bench_args[@]}" kernels || rc=1
-            [ -s "$sub/bench.jsonl" ] && summary "$sub/bench.jsonl"
+            [ -s "$sub/summary.txt" ] && cat "$sub/summary.txt"
         done
     fi
     # restore the series for the next variant (in reverse order)
     for ((i = ${#applied[@]} - 1; i >= 0; i--)); do
-        (cd "$ROOT/.h200/llama.cpp" && patch -p1 -R < "$ROOT/${applied[i]}") >> "$OUT/patch.log" 2>&1 || rc=1
+        apply_diff "${applied[i]}" -R || rc=1
     done
 done
 exit $rc

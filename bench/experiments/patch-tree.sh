@@ -1,0 +1,26 @@
+# Sourced by run-variant.sh and run-switches.sh: apply experiment diffs to the carried tree .h200/llama.cpp so that
+# a warm machine's build directory (h200-out/build, which outlives a call) rebuilds what they touch.
+# Needs ROOT (the repository) and OUT (where patch.log goes).
+
+# the files that diffs patched, kept beside the build directory
+PATCHED_LIST=${TQ_BUILD:-$ROOT/h200-out/build}/../rv-patched-files
+mkdir -p "$(dirname "$PATCHED_LIST")"
+
+# Files that an earlier diff patched get a fresh time stamp: the tree restored after a variant, or carried again by
+# the next call (with the development machine's time stamps, older than the objects built from the patched files),
+# would otherwise leave those objects in the build.
+refresh_patched_files() {
+    if [ -s "$PATCHED_LIST" ]; then
+        sort -u "$PATCHED_LIST" | (cd "$ROOT/.h200/llama.cpp" && xargs -r touch -c)
+        : > "$PATCHED_LIST"
+    fi
+}
+
+# apply_diff DIFF [-R]: patch the tree (a path relative to ROOT unless absolute), output to $OUT/patch.log; the
+# diff's files join the list first, since a failed patch may have touched some of them
+apply_diff() {
+    local diff=$1
+    [[ $diff = /* ]] || diff=$ROOT/$diff
+    sed -n 's|^+++ b/||p' "$diff" | cut -f1 >> "$PATCHED_LIST"
+    (cd "$ROOT/.h200/llama.cpp" && patch -p1 ${2:-} < "$diff") >> "$OUT/patch.log" 2>&1
+}
