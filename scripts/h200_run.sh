@@ -70,8 +70,9 @@ step_build() {
     # where the build's time goes: ninja's log (start and end in ms of each output) and its ten longest steps
     if [ -f "$BUILD/.ninja_log" ]; then
         cp "$BUILD/.ninja_log" "$OUT/ninja-log.txt"
-        awk -F'\t' '!/^#/ { printf "%7.1f s  %s\n", ($2 - $1)/1000, $4 }' "$BUILD/.ninja_log" | sort -rn | head -10 \
-            | sed 's/^/  longest: /' | tee -a "$OUT/steps.log"
+        awk -F'\t' '!/^#/ { printf "%7.1f s  %s\n", ($2 - $1)/1000, $4 }' "$BUILD/.ninja_log" | sort -rn \
+            | sed -n '1,10s/^/  longest: /p' | tee -a "$OUT/steps.log" # (sed reads to the end: head's early exit
+            # failed the pipe under pipefail, and with it the build step, in the seventeenth round's first call)
     fi
 }
 
