@@ -4,7 +4,7 @@
 Writes (default) .h200/ in the repository root, which .gitignore lists:
   .h200/llama.cpp/     the pinned tree with the patch series applied, without docs/, .git and models/
                        except the vocab file `tqgguf synth` uses; gguf-py stays (synth imports it there)
-  .h200/cmake-args.txt the CMake arguments of `tqgguf build --backend cuda --cuda-arch 90`, one per line
+  .h200/cmake-args.txt the CMake arguments of `tqgguf build --backend cuda --cuda-arch 90-real`, one per line
   .h200/commit.txt     the tqgguf commit the tree was prepared from
   .h200/wiki-300k.txt  300 kB of ../shared/data/wikitext-2-raw-test.txt (parity and diag steps), when present
 
@@ -66,7 +66,8 @@ def packed_mib(path: Path) -> float:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=ROOT / ".h200", help="output folder (default: .h200)")
-    ap.add_argument("--cuda-arch", default="90", help="CMAKE_CUDA_ARCHITECTURES (default: 90, the H200)")
+    ap.add_argument("--cuda-arch", default="90-real",
+                    help="CMAKE_CUDA_ARCHITECTURES (default: 90-real, the H200's GPU code without PTX)")
     args = ap.parse_args(argv)
 
     pin = load_pin()

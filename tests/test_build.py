@@ -26,12 +26,14 @@ COMMON = [
 
 @pytest.mark.parametrize("backends,kw,extra", [
     (["cpu"], {}, []),
-    (["cuda"], {"cuda_arch": "90"}, ["-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=90", "-DGGML_CUDA_FA_QUANTS=q8_0-q8_0,f16-q8_0,q8_0-f16,q4_0-q4_0,bf16-bf16"]),
-    (["cuda"], {}, ["-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=native", "-DGGML_CUDA_FA_QUANTS=q8_0-q8_0,f16-q8_0,q8_0-f16,q4_0-q4_0,bf16-bf16"]),
+    (["cuda"], {"cuda_arch": "90"}, ["-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=90", "-DGGML_CUDA_COMPRESSION_MODE=none", "-DGGML_CUDA_FA_QUANTS=q8_0-q8_0,f16-q8_0,q8_0-f16,q4_0-q4_0,bf16-bf16"]),
+    (["cuda"], {}, ["-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=native", "-DGGML_CUDA_COMPRESSION_MODE=none", "-DGGML_CUDA_FA_QUANTS=q8_0-q8_0,f16-q8_0,q8_0-f16,q4_0-q4_0,bf16-bf16"]),
+    (["cuda"], {"cuda_arch": "90-real", "cuda_compression": "size"},
+     ["-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=90-real", "-DGGML_CUDA_COMPRESSION_MODE=size", "-DGGML_CUDA_FA_QUANTS=q8_0-q8_0,f16-q8_0,q8_0-f16,q4_0-q4_0,bf16-bf16"]),
     (["hip"], {"hip_arch": "gfx1100"}, ["-DGGML_HIP=ON", "-DGPU_TARGETS=gfx1100", "-DGGML_CUDA_FA_QUANTS=q8_0-q8_0,f16-q8_0,q8_0-f16,q4_0-q4_0,bf16-bf16"]),
     (["vulkan"], {}, ["-DGGML_VULKAN=ON"]),
     (["vulkan", "cuda", "cpu"], {"cuda_arch": "89"},
-     ["-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=89", "-DGGML_CUDA_FA_QUANTS=q8_0-q8_0,f16-q8_0,q8_0-f16,q4_0-q4_0,bf16-bf16", "-DGGML_VULKAN=ON"]),
+     ["-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=89", "-DGGML_CUDA_COMPRESSION_MODE=none", "-DGGML_CUDA_FA_QUANTS=q8_0-q8_0,f16-q8_0,q8_0-f16,q4_0-q4_0,bf16-bf16", "-DGGML_VULKAN=ON"]),
 ])
 def test_cmake_args_golden(backends, kw, extra):
     assert cmake_args(BuildSpec(backends=backends, **kw)) == COMMON + extra
@@ -45,6 +47,8 @@ def test_spec_validation():
         BuildSpec(backends=["opencl"])
     with pytest.raises(TqError):
         BuildSpec(build_type="Fast")
+    with pytest.raises(TqError, match="compression"):
+        BuildSpec(backends=["cuda"], cuda_compression="fast")
     if sys.platform != "darwin":
         with pytest.raises(TqError):
             BuildSpec(backends=["metal"])
@@ -118,7 +122,8 @@ def test_prepare_h200_slim_tree(cpu_build, tmp_path, load_script):
     for gone in ("docs", ".git", "examples", "tools/ui", "ggml/src/ggml-vulkan"):
         assert not (tree / gone).exists(), gone
     args = (out / "cmake-args.txt").read_text().split()
-    assert "-DGGML_CUDA=ON" in args and "-DCMAKE_CUDA_ARCHITECTURES=90" in args
+    assert "-DGGML_CUDA=ON" in args and "-DCMAKE_CUDA_ARCHITECTURES=90-real" in args
+    assert "-DGGML_CUDA_COMPRESSION_MODE=none" in args
     assert (out / "commit.txt").read_text().strip()
     wiki = REPO.parent / "shared" / "data" / "wikitext-2-raw-test.txt"
     if wiki.is_file():  # the parity and diag steps' text: the first 300 kB

@@ -212,7 +212,8 @@ def patches_export(
 def build(
     backend: Annotated[list[str], typer.Option("--backend", "-b", help="cpu, cuda, hip, vulkan or metal; repeatable.")] = ["cpu"],
     jobs: Annotated[Optional[int], typer.Option("--jobs", "-j", help="Parallel build jobs (default: all cores).")] = None,
-    cuda_arch: Annotated[Optional[str], typer.Option("--cuda-arch", help="CMAKE_CUDA_ARCHITECTURES, e.g. 90 (default: native).")] = None,
+    cuda_arch: Annotated[Optional[str], typer.Option("--cuda-arch", help="CMAKE_CUDA_ARCHITECTURES, e.g. 90, or 90-real for the GPU code alone (shorter build; no PTX for newer GPUs to compile at load) (default: native).")] = None,
+    cuda_compression: Annotated[str, typer.Option("--cuda-compression", help="nvcc fatbinary compression (GGML_CUDA_COMPRESSION_MODE): none, speed, balance or size (upstream's default; smaller, slower to build).")] = "none",
     hip_arch: Annotated[Optional[str], typer.Option("--hip-arch", help="GPU_TARGETS for HIP, e.g. gfx1100.")] = None,
     targets: Annotated[Optional[str], typer.Option("--targets", help="Comma-separated CMake targets (default: the tools tqgguf drives).")] = None,
     build_type: Annotated[str, typer.Option("--build-type", help="CMake build type.")] = "Release",
@@ -228,7 +229,7 @@ def build(
 
         tqgguf build                         # CPU
 
-        tqgguf build -b cuda --cuda-arch 90 -j16
+        tqgguf build -b cuda --cuda-arch 90-real -j16
 
         $(tqgguf build --print-bin llama-server) --help
     """
@@ -237,7 +238,8 @@ def build(
 
     pin = _pin()
     tlist = [t.strip() for t in targets.split(",") if t.strip()] if targets else list(DEFAULT_TARGETS)
-    spec = BuildSpec(backends=backend, build_type=build_type, cuda_arch=cuda_arch, hip_arch=hip_arch,
+    spec = BuildSpec(backends=backend, build_type=build_type, cuda_arch=cuda_arch,
+                     cuda_compression=cuda_compression, hip_arch=hip_arch,
                      native=native, targets=tlist)
     if print_bin:
         src = resolve_source(pin, source) if source else cached_pinned_source(pin)
