@@ -1,6 +1,7 @@
 # Sourced by run-variant.sh and run-switches.sh: apply experiment diffs to the carried tree .h200/llama.cpp so that
 # a warm machine's build directory (h200-out/build, which outlives a call) rebuilds what they touch.
-# Needs ROOT (the repository) and OUT (where patch.log goes).
+# Needs OUT (where patch.log goes); ROOT (the repository) defaults to this file's repository.
+ROOT=${ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 
 # the files that diffs patched, kept beside the build directory
 PATCHED_LIST=${TQ_BUILD:-$ROOT/h200-out/build}/../rv-patched-files
