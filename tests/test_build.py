@@ -94,6 +94,14 @@ def test_real_cpu_build_and_noop_rebuild(cpu_build, pin, pinned):
     assert again.build_dir == cpu_build.build_dir
 
 
+def test_cli_bad_cuda_compression_is_one_line():
+    """A bad --cuda-compression is refused before anything is fetched or built: exit 2, the modes named."""
+    r = subprocess.run([sys.executable, "-m", "tqgguf", "build", "-b", "cuda", "--cuda-compression", "fast"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "compression mode 'fast'" in r.stderr and "none, speed, balance, size" in r.stderr
+
+
 @pytest.mark.build
 def test_print_bin(cpu_build):
     r = subprocess.run([sys.executable, "-m", "tqgguf", "build", "--print-bin", "llama-server"],
