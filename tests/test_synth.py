@@ -7,10 +7,12 @@ loads them with llama.cpp (llama-perplexity) to check the logits are finite.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import random
 import re
 import subprocess
+import sys
 import tracemalloc
 from dataclasses import replace
 from pathlib import Path
@@ -292,6 +294,25 @@ def test_presets():
     # default pattern is gemma-3's 6, capped at n_layer
     assert S.swa_layers(S.SynthShape(2, 256, 4, 2, 64, sliding_window=16)) == [True, False]
     assert S.swa_layers(S.SynthShape(12, 256, 4, 2, 64, sliding_window=16)) == [il % 6 != 5 for il in range(12)]
+
+
+def test_cli_list_presets_and_missing_out():
+    """--list-presets needs no -o (a table, or JSON with every preset's shape); without either, one error line."""
+    run = lambda *a: subprocess.run([sys.executable, "-m", "tqgguf", "synth", *a], capture_output=True, text=True)
+    r = run("--list-presets")
+    assert r.returncode == 0, r.stderr
+    rows = [ln.split() for ln in r.stdout.splitlines() if ln.strip()]
+    assert rows[0][:3] == ["preset", "layers", "n_embd"]
+    llama = next(row for row in rows if row[0] == "llama3-8b")
+    assert llama[1:7] == ["32", "4096", "32", "8", "128", "14336"]
+    assert {row[0] for row in rows} >= set(S.PRESETS)
+    r = run("--list-presets", "--json")
+    assert r.returncode == 0, r.stderr
+    presets = json.loads(r.stdout)
+    assert set(presets) == set(S.PRESETS)
+    assert presets["tiny-swa"]["sliding_window"] == S.PRESETS["tiny-swa"].sliding_window
+    r = run("--preset", "tiny-hd64")
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "-o/--out" in r.stderr
 
 
 BAD = [

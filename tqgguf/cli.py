@@ -11,6 +11,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
 from . import __version__
 from .errors import EXIT_ERROR, TqError
@@ -295,7 +296,7 @@ def doctor(as_json: JsonOpt = False) -> None:
 @app.command()
 @_cli
 def synth(
-    out_path: Annotated[Path, typer.Option("-o", "--out", help="Output GGUF file.")],
+    out_path: Annotated[Optional[Path], typer.Option("-o", "--out", help="Output GGUF file (required unless --list-presets).")] = None,
     preset: Annotated[Optional[str], typer.Option("--preset", help="A named shape (see --list-presets).")] = None,
     layers: Annotated[Optional[int], typer.Option("--layers")] = None,
     n_embd: Annotated[Optional[int], typer.Option("--n-embd")] = None,
@@ -323,6 +324,8 @@ def synth(
         tqgguf synth -o /tmp/gqa8.gguf --layers 4 --n-embd 1024 --n-head 16 --n-head-kv 2 --head-dim 128
 
         tqgguf synth -o /tmp/swa.gguf --preset tiny-swa
+
+        tqgguf synth --list-presets
     """
     import dataclasses
 
@@ -331,9 +334,19 @@ def synth(
     from .synth import synth as write_model
 
     if list_presets:
+        if as_json:
+            print(json.dumps({name: dataclasses.asdict(sh) for name, sh in PRESETS.items()}, indent=1))
+            return
+        table = Table("preset", "layers", "n_embd", "heads", "KV heads", "head dim", "n_ff", "SWA window",
+                      box=None, header_style="bold")
         for name, sh in PRESETS.items():
-            out.print(f"{name:<11} {sh}", highlight=False)
+            swa = f"{sh.sliding_window} (1 in {sh.swa_pattern} full)" if sh.sliding_window else "-"
+            table.add_row(name, str(sh.n_layer), str(sh.n_embd), str(sh.n_head), str(sh.n_head_kv),
+                          str(sh.head_dim), str(sh.n_ff), swa)
+        out.print(table)
         return
+    if out_path is None:
+        raise TqError("give the output file with -o/--out", "or --list-presets to see the named shapes")
     custom = {"n_layer": layers, "n_embd": n_embd, "n_head": n_head, "n_head_kv": n_head_kv, "head_dim": head_dim,
               "n_ff": n_ff, "sliding_window": sliding_window, "swa_pattern": swa_pattern}
     given = {k: v for k, v in custom.items() if v is not None}
