@@ -2,7 +2,7 @@
 # CUDA build, correctness and speed runs for the turbo KV-cache types on the lent H200 (or any CUDA machine).
 #
 # Needs what scripts/prepare_h200.py writes to .h200/ (the patched slim tree, the CMake arguments of
-# `tqgguf build --backend cuda --cuda-arch 90`, a text excerpt) and python3 with numpy (tqgguf synth runs from
+# `tqgguf build --backend cuda --cuda-arch 90-real`, a text excerpt) and python3 with numpy (tqgguf synth runs from
 # this repository with the tree's gguf-py). Every step appends to $OUT (default ./h200-out):
 #   bash scripts/h200_run.sh build          configure + build llama-bench, test-backend-ops, llama-perplexity
 #   bash scripts/h200_run.sh ops            test-backend-ops -b CUDA0 on every turbo case (vs the CPU backend)
@@ -29,6 +29,10 @@
 #                                           llama-bench -fa 1 on the Llama-3-8B shape (q4_0 weights); with
 #                                           TQ_BENCH_ROUNDS=N the configs run N times in turn (f16, a, b, f16, a,
 #                                           b, ...), so that a slow drift of the machine reaches every config
+#   bash scripts/h200_run.sh shapes         llama-bench -fa 1 tg128 at d0 and d32768 (r=2) on other synthetic shapes
+#                                           (q4_0 weights): GQA 8 at head size 128, a Gemma-3-12B-like head size 256
+#                                           with sliding-window layers, head size 64; one jsonl and summary each
+#                                           (TQ_SHAPES: names to run, in order; TQ_SHAPES_CONFIGS: the configs)
 # Steps can be combined: bash scripts/h200_run.sh build ops bench
 set -uo pipefail
 
@@ -74,6 +78,32 @@ step_build() {
             | sed -n '1,10s/^/  longest: /p' | tee -a "$OUT/steps.log" # (sed reads to the end: head's early exit
             # failed the pipe under pipefail, and with it the build step, in the seventeenth round's first call)
     fi
+}
+
+# the shapes of the shapes step: name and tqgguf synth arguments
+declare -A SHAPES=(
+    [gqa8-hd128]="--layers 32 --n-embd 4096 --n-head 32 --n-head-kv 4 --head-dim 128 --n-ff 14336"
+    [gemma3-12b-hd256]="--layers 48 --n-embd 3840 --n-head 16 --n-head-kv 8 --head-dim 256 --n-ff 15360 --sliding-window 1024 --swa-pattern 6"
+    [hd64-gqa4]="--layers 32 --n-embd 2048 --n-head 32 --n-head-kv 8 --head-dim 64 --n-ff 8192"
+)
+
+step_shapes() {
+    local configs=${TQ_SHAPES_CONFIGS:-f16,turbo3,turbo2,turbo4} name c
+    mkdir -p "$OUT/shapes"
+    for name in ${TQ_SHAPES:-gqa8-hd128 gemma3-12b-hd256 hd64-gqa4}; do
+        [ -n "${SHAPES[$name]:-}" ] || { log "unknown shape $name"; continue; }
+        # shellcheck disable=SC2086 # (the shape's arguments split into words)
+        synth "$name" ${SHAPES[$name]} --weights q4_0
+        log "shape $name: ${SHAPES[$name]}"
+        : > "$OUT/shapes/$name.jsonl"
+        for c in ${configs//,/ }; do
+            "$BIN/llama-bench" -m "$MODELS/$name.gguf" -ngl 99 -fa 1 -p 0 -n 128 -d 0,32768 -r 2 \
+                -ctk "${c%%/*}" -ctv "${c##*/}" -o jsonl >> "$OUT/shapes/$name.jsonl" 2> "$MODELS/bench.err" \
+                || { log "llama-bench failed for $name $c"; tail -5 "$MODELS/bench.err" | tee -a "$OUT/steps.log"; }
+            log "done $name $c"
+        done
+        python3 "$ROOT/scripts/bench_rounds.py" "$OUT/shapes/$name.jsonl" | tee "$OUT/shapes/$name-summary.txt"
+    done
 }
 
 # the small hd128 GQA-4 model of the parity and fusion steps
@@ -307,7 +337,7 @@ step_prefill() { # per-launch time of the prefill attention kernels, a third of 
     done
 }
 
-STEPS='build|ops|parity|bench|diag|profile|sass|kernels|census|prefill|fusion|streams' # the step names, for bench's optional arguments
+STEPS='build|ops|parity|bench|diag|profile|sass|kernels|census|prefill|fusion|streams|shapes' # the step names, for bench's optional arguments
 
 device_info
 while [ $# -gt 0 ]; do
@@ -323,6 +353,7 @@ while [ $# -gt 0 ]; do
         prefill) step_prefill; shift ;;
         fusion) step_fusion; shift ;;
         streams) step_streams; shift ;;
+        shapes) step_shapes; shift ;;
         bench)  shift; r=; d=; c=   # empty: step_bench's defaults
                 [[ ${1:-} =~ ^[0-9]+$ ]] && { r=$1; shift; }
                 [[ ${1:-} =~ ^[0-9,]+$ ]] && { d=$1; shift; }
