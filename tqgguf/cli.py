@@ -340,9 +340,9 @@ def synth(
         table = Table("preset", "layers", "n_embd", "heads", "KV heads", "head dim", "n_ff", "SWA window",
                       box=None, header_style="bold")
         for name, sh in PRESETS.items():
-            swa = f"{sh.sliding_window} (1 in {sh.swa_pattern} full)" if sh.sliding_window else "-"
+            swa = f"{sh.sliding_window} (1 in {sh.pattern} full)" if sh.sliding_window else "-"
             table.add_row(name, str(sh.n_layer), str(sh.n_embd), str(sh.n_head), str(sh.n_head_kv),
-                          str(sh.head_dim), str(sh.n_ff), swa)
+                          str(sh.head_dim), str(sh.ff), swa)
         out.print(table)
         return
     if out_path is None:
