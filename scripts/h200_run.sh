@@ -80,6 +80,13 @@ step_build() {
     fi
 }
 
+bench_jsonl() { # model, config K/V, jsonl file to append to, llama-bench arguments...
+    local m=$1 c=$2 f=$3
+    shift 3
+    "$BIN/llama-bench" -m "$m" -ngl 99 -fa 1 -ctk "${c%%/*}" -ctv "${c##*/}" "$@" -o jsonl >> "$f" 2> "$MODELS/bench.err" \
+        || { log "llama-bench failed for $(basename "$m" .gguf) $c"; tail -5 "$MODELS/bench.err" | tee -a "$OUT/steps.log"; }
+}
+
 # the shapes of the shapes step: name and tqgguf synth arguments
 declare -A SHAPES=(
     [gqa8-hd128]="--layers 32 --n-embd 4096 --n-head 32 --n-head-kv 4 --head-dim 128 --n-ff 14336"
@@ -97,9 +104,7 @@ step_shapes() {
         log "shape $name: ${SHAPES[$name]}"
         : > "$OUT/shapes/$name.jsonl"
         for c in ${configs//,/ }; do
-            "$BIN/llama-bench" -m "$MODELS/$name.gguf" -ngl 99 -fa 1 -p 0 -n 128 -d 0,32768 -r 2 \
-                -ctk "${c%%/*}" -ctv "${c##*/}" -o jsonl >> "$OUT/shapes/$name.jsonl" 2> "$MODELS/bench.err" \
-                || { log "llama-bench failed for $name $c"; tail -5 "$MODELS/bench.err" | tee -a "$OUT/steps.log"; }
+            bench_jsonl "$MODELS/$name.gguf" "$c" "$OUT/shapes/$name.jsonl" -p 0 -n 128 -d 0,32768 -r 2
             log "done $name $c"
         done
         python3 "$ROOT/scripts/bench_rounds.py" "$OUT/shapes/$name.jsonl" | tee "$OUT/shapes/$name-summary.txt"
@@ -196,10 +201,7 @@ step_bench() { # reps, depths, configs
     : > "$OUT/bench.jsonl"
     for ((round = 1; round <= rounds; round++)); do
         for c in ${configs//,/ }; do
-            local k=${c%%/*} v=${c##*/}
-            "$BIN/llama-bench" -m "$MODELS/l3-8b.gguf" -ngl 99 -fa 1 -p 2048 -n 128 -d "$depths" -r "$reps" \
-                -ctk "$k" -ctv "$v" -o jsonl >> "$OUT/bench.jsonl" 2> "$MODELS/bench.err" \
-                || { log "llama-bench failed for $c"; tail -5 "$MODELS/bench.err" | tee -a "$OUT/steps.log"; }
+            bench_jsonl "$MODELS/l3-8b.gguf" "$c" "$OUT/bench.jsonl" -p 2048 -n 128 -d "$depths" -r "$reps"
             local tag=""
             ((rounds > 1)) && tag=" (round $round)"
             log "done $c$tag"
