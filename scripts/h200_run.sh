@@ -9,10 +9,10 @@
 #   bash scripts/h200_run.sh parity         KLD of CUDA vs CPU runs of the same config on a synthetic model
 #   bash scripts/h200_run.sh diag           decode time: CUDA graphs on/off, graph splits and split inputs, ncu per-kernel
 #   bash scripts/h200_run.sh profile        ncu sections (occupancy, stalls, memory) of the decode FlashAttention
-#                                           kernel at depth 32768, turbo3 and f16
+#                                           kernel at depth 32768, turbo3 and f16 (TQ_PROFILE_TYPES="a b")
 #   bash scripts/h200_run.sh sass           ncu per SASS instruction of the turbo3 decode kernel at depth 32768 (executed
 #                                           count and stall samples: where the warps wait; a .csv.gz that
-#                                           scripts/sass_stalls.py summarizes)
+#                                           scripts/sass_stalls.py summarizes; TQ_SASS_TYPE=turbo2 for another type)
 #   bash scripts/h200_run.sh kernels        ncu time of each decode FlashAttention and combine launch at depth 32768
 #                                           (after llama-bench's warm-up), turbo3 and f16 (TQ_KERNEL_CONFIGS="a b/c")
 #   bash scripts/h200_run.sh census         every kernel of a decode step at depth 0 (ncu), per token: f16, turbo3 and
@@ -241,8 +241,10 @@ step_profile() { # ncu sections of one decode FlashAttention launch at depth 327
     synth l3-8b --preset llama3-8b --weights q4_0
     command -v ncu > /dev/null || { log "profile: no ncu"; return; }
     local m=$MODELS/l3-8b.gguf
-    for c in turbo3:flash_attn_ext_turbo f16:flash_attn_ext_vec; do
-        local t=${c%%:*} k=${c##*:}
+    # TQ_PROFILE_TYPES: the cache types to profile (f16 runs upstream's vector kernel, the others the turbo kernel)
+    for t in ${TQ_PROFILE_TYPES:-turbo3 f16}; do
+        local k=flash_attn_ext_turbo
+        [ "$t" = f16 ] && k=flash_attn_ext_vec
         log "profile $t ($k) at d32768"
         # InstructionStats and SourceCounters: the instruction mix and where warps stall (the kernel is
         # issue- and latency-bound, bench/results/cuda-h200-fused)
@@ -255,18 +257,19 @@ step_profile() { # ncu sections of one decode FlashAttention launch at depth 327
     done
 }
 
-step_sass() { # per-instruction counters of one turbo3 decode FlashAttention launch at depth 32768 (ncu's source page)
+step_sass() { # per-instruction counters of one turbo decode FlashAttention launch at depth 32768 (ncu's source page)
     synth l3-8b --preset llama3-8b --weights q4_0
     command -v ncu > /dev/null || { log "sass: no ncu"; return; }
-    log "sass: turbo3 at d32768"
+    local t=${TQ_SASS_TYPE:-turbo3} # the symmetric turbo cache type to profile
+    log "sass: $t at d32768"
     timeout 280 ncu --clock-control none --section WarpStateStats --section SourceCounters --section InstructionStats \
-        -k "regex:flash_attn_ext_turbo_mma" --launch-skip 32 --launch-count 1 -f -o "$MODELS/sass-turbo3" \
-        "$BIN/llama-bench" -m "$MODELS/l3-8b.gguf" -ngl 99 -fa 1 -p 0 -n 2 -d 32768 -r 1 -ctk turbo3 -ctv turbo3 \
-        > "$OUT/sass-turbo3-d32768.log" 2>&1
-    ncu --import "$MODELS/sass-turbo3.ncu-rep" --page source --print-source sass --csv \
-        > "$OUT/sass-turbo3-d32768.csv" 2>> "$OUT/sass-turbo3-d32768.log"
-    log "sass: $(wc -l < "$OUT/sass-turbo3-d32768.csv") lines"
-    gzip -9 -f "$OUT/sass-turbo3-d32768.csv"
+        -k "regex:flash_attn_ext_turbo_mma" --launch-skip 32 --launch-count 1 -f -o "$MODELS/sass-$t" \
+        "$BIN/llama-bench" -m "$MODELS/l3-8b.gguf" -ngl 99 -fa 1 -p 0 -n 2 -d 32768 -r 1 -ctk $t -ctv $t \
+        > "$OUT/sass-$t-d32768.log" 2>&1
+    ncu --import "$MODELS/sass-$t.ncu-rep" --page source --print-source sass --csv \
+        > "$OUT/sass-$t-d32768.csv" 2>> "$OUT/sass-$t-d32768.log"
+    log "sass: $(wc -l < "$OUT/sass-$t-d32768.csv") lines"
+    gzip -9 -f "$OUT/sass-$t-d32768.csv"
 }
 
 # per-kernel launches and GPU time from an ncu log of `--metrics gpu__time_duration.sum` (file $2): the mean per
