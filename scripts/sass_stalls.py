@@ -8,6 +8,11 @@ merge and the writes. Per region it prints the share of executed instructions an
 frequent stall reasons, then the instructions with the most samples.
 
     python scripts/sass_stalls.py bench/results/cuda-h200-round12/call3/sass/sass-turbo3-d32768.csv.gz
+
+--part NAME=START-END (offsets from the kernel's start, hex, END exclusive; repeatable) adds a table of address
+ranges inside the loop, per loop step: the instructions executed (divided by the executions of the loop's first
+instruction) and the share of all stall samples, e.g. the copies, the K scoring or the softmax of a decode kernel
+(`bench/results/cuda-h200-round18/README.md` names the turbo2 kernel's parts).
 """
 
 import argparse
@@ -121,16 +126,61 @@ def report(insns: list[Insn], top: int = 20) -> str:
     return "\n".join(lines)
 
 
+@dataclass
+class Part:
+    name: str
+    start: int  # offset, inclusive
+    end: int  # offset, exclusive
+
+
+def parse_part(text: str) -> Part:
+    """NAME=START-END, offsets in hex (0x optional)."""
+    m = re.fullmatch(r"([^=]+)=(?:0x)?([0-9a-fA-F]+)-(?:0x)?([0-9a-fA-F]+)", text.strip())
+    if not m:
+        raise ValueError(f"bad part {text!r}: expected NAME=START-END with hex offsets, e.g. copies=0x42e0-0x5330")
+    part = Part(m.group(1).strip(), int(m.group(2), 16), int(m.group(3), 16))
+    if part.end <= part.start:
+        raise ValueError(f"bad part {text!r}: END must be past START")
+    return part
+
+
+def parts_report(insns: list[Insn], parts: list[Part]) -> str:
+    """Per part: instructions per loop step and the share of all samples; then the loop's and the regions' counts."""
+    loop = main_loop(insns)
+    if loop is None:
+        raise ValueError("no main loop, so no loop steps to divide by")
+    first = next(i for i in insns if i.offset == loop[0])
+    steps = first.executed or 1.0
+    warps = insns[0].executed or 1.0  # the first instruction runs once per warp
+    total_s = sum(i.samples for i in insns) or 1.0
+    lines = [f"{steps:.0f} loop steps, {steps / warps:.2f} per warp",
+             "| part | offsets | instructions per step | samples |", "| --- | --- | --- | --- |"]
+    for part in parts:
+        sel = [i for i in insns if part.start <= i.offset < part.end]
+        lines.append(f"| {part.name} | {part.start:#06x}-{part.end:#06x} | {sum(i.executed for i in sel) / steps:.1f} "
+                     f"| {sum(i.samples for i in sel) / total_s * 100:.1f}% |")
+    regs = {r.name: r for r in regions(insns)}
+    lines.append(f"loop: {regs['loop'].executed / steps:.1f} instructions per step; before it "
+                 f"{regs['before'].executed / warps:.0f} and after it {regs['after'].executed / warps:.0f} per warp")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("csv", help="ncu source page as CSV (.csv or .csv.gz)")
     ap.add_argument("--top", type=int, default=20, help="how many of the most-sampled instructions to list")
+    ap.add_argument("--part", action="append", default=[], metavar="NAME=START-END",
+                    help="an address range of the loop to count per step (hex offsets, END exclusive; repeatable)")
     args = ap.parse_args(argv)
     try:
+        parts = [parse_part(p) for p in args.part]
         opener = gzip.open if args.csv.endswith(".gz") else open
         with opener(args.csv, "rt", encoding="utf-8", errors="replace") as f:
             text = f.read()
-        print(report(read_source_csv(text), args.top))
+        insns = read_source_csv(text)
+        print(report(insns, args.top))
+        if parts:
+            print(parts_report(insns, parts))
     except (OSError, ValueError) as e:
         print(f"sass_stalls.py: {args.csv}: {e}", file=sys.stderr)
         return 1

@@ -108,3 +108,34 @@ def test_cli_reads_gzip(st, tmp_path, capsys):
     assert st.main([str(path), "--top", "1"]) == 0
     out = capsys.readouterr().out
     assert "9 instructions" in out and "main loop: 0x0030-0x0060" in out
+
+
+def test_parts_count_instructions_per_loop_step(st):
+    insns = st.read_source_csv(csv_text())
+    parts = [st.parse_part("mma=0x30-0x40"), st.parse_part("tail=40-70")]
+    text = st.parts_report(insns, parts)
+    # the loop's first instruction ran 32000 times (warp-level), the kernel's first 4000: 8 steps per warp
+    assert "32000 loop steps, 8.00 per warp" in text
+    assert "| mma | 0x0030-0x0040 | 1.0 | 40.0% |" in text  # 20 of 50 samples
+    assert "| tail | 0x0040-0x0070 | 3.0 | 24.0% |" in text  # 3 instructions per step, 12 samples
+    assert "loop: 4.0 instructions per step; before it 3 and after it 1 per warp" in text
+
+
+def test_bad_parts_are_clear_errors(st, tmp_path, capsys):
+    for bad in ("copies", "x=0x50-0x40", "x=zz-0x40"):
+        with pytest.raises(ValueError, match="bad part"):
+            st.parse_part(bad)
+    rows = [r for r in ROWS if "BRA" not in r[1]]
+    with pytest.raises(ValueError, match="no main loop"):
+        st.parts_report(st.read_source_csv(csv_text(rows)), [st.parse_part("a=0-10")])
+    path = tmp_path / "k.csv"
+    path.write_text(csv_text())
+    assert st.main([str(path), "--part", "nonsense"]) == 1
+    assert "bad part" in capsys.readouterr().err
+
+
+def test_cli_prints_the_parts_table(st, tmp_path, capsys):
+    path = tmp_path / "k.csv"
+    path.write_text(csv_text())
+    assert st.main([str(path), "--part", "loop=0x30-0x70"]) == 0
+    assert "| loop | 0x0030-0x0070 | 4.0 | 64.0% |" in capsys.readouterr().out

@@ -535,7 +535,8 @@ def _rocm_path(ctx: _Ctx) -> str:
 
 
 _HIP_FIX = (f"install ROCm >= {_vstr(MIN_HIP)} from AMD's repository (apt-get install rocm-hip-sdk, or hipcc hipblas-dev "
-            "rocblas-dev); Debian 12 ships hipcc 5.2 and no hipBLAS")
+            "rocblas-dev), or Debian unstable's hipcc libhipblas-dev librocblas-dev (6.4); Debian 12 ships hipcc 5.2 "
+            "and no hipBLAS, Debian 13 5.7 (scripts/hip_check.sh compiles in a Debian unstable chroot)")
 
 
 def check_hip(ctx: _Ctx) -> Tool:
@@ -575,7 +576,8 @@ def check_hip(ctx: _Ctx) -> Tool:
 def check_rocm_lib(ctx: _Ctx, lib: str) -> Tool:
     """hipblas / rocblas: find_package(<lib> REQUIRED) needs <lib>-config.cmake under ROCm."""
     need = f"{lib} (find_package({lib} REQUIRED) in ggml-hip)"
-    fix = f"apt-get install {lib}-dev from AMD's ROCm >= {_vstr(MIN_HIP)} repository (Debian 12 has none)"
+    fix = (f"apt-get install {lib}-dev from AMD's ROCm >= {_vstr(MIN_HIP)} repository, or lib{lib}-dev from Debian "
+           "unstable (Debian 12 has none, Debian 13 only 5.5)")
     rocm = _rocm_path(ctx)
     pats = [f"{rocm}/lib/cmake/{lib}/{lib}-config.cmake", f"{rocm}/lib64/cmake/{lib}/{lib}-config.cmake",
             f"/usr/lib/*/cmake/{lib}/{lib}-config.cmake", f"/opt/rocm*/lib/cmake/{lib}/{lib}-config.cmake"]
