@@ -7,9 +7,10 @@
 #
 #   --root  the chroot (default /opt/tqgguf-sid; made with debootstrap on the first run, about 600 MB with ROCm)
 #   --arch  GPU_TARGETS (default gfx942, a wave64 CDNA3 part, and gfx1100, a wave32 RDNA3 part)
-#   --full  build and link test-backend-ops, llama-bench and llama-perplexity (every upstream HIP file; about an
-#           hour per target on 2 cores) instead of only the ggml-cuda files the series touches (a few minutes)
+#   --full  build and link test-backend-ops, llama-bench and llama-perplexity (every upstream HIP file; 17 minutes
+#           for gfx942 alone on 2 cores) instead of only the ggml-cuda files the series touches (3-4 minutes)
 #   --out   where the logs and summary.txt go (default bench/results/hip-build-local/latest)
+#   -j      parallel compile jobs (default: the number of cores)
 #
 # Needs root (debootstrap, chroot, mount) and the repository's tqgguf (.venv/bin/tqgguf, or on PATH), which applies
 # the series to a fresh tree inside the chroot. Exit codes: 0 everything compiled, 1 a build step failed (its
