@@ -45,6 +45,8 @@ mkdir -p "$OUTDIR"
 OUTDIR=$(cd "$OUTDIR" && pwd)
 log() { echo "[hip_check $(date -u +%H:%M:%S)] $*" | tee -a "$OUTDIR/steps.log"; }
 : > "$OUTDIR/steps.log"
+# a failed set-up step (debootstrap, apt, patching, configuring) stops the script: say which, and where its log is
+trap 'echo "hip_check: the step at line $LINENO failed (exit $?); its log is in $OUTDIR" >&2' ERR
 
 # sid's Release files carry a Valid-Until; a mirror snapshot older than that is refused without this option
 APT_OPTS="-o Acquire::Check-Valid-Until=false -q"
