@@ -168,9 +168,9 @@ class BuildResult:
 def _run_logged(cmd: list[str], cwd: Path, log_path: Path, on_progress: Progress | None, env=None) -> tuple[int, int]:
     """Run a command, appending its output to the log; returns (exit code, compile/link steps run)."""
     steps = 0
-    with open(log_path, "a") as log:
+    # line-buffered, so that `tail -f` on the log follows a long build
+    with open(log_path, "a", buffering=1) as log:
         log.write(f"\n$ {' '.join(cmd)}\n")
-        log.flush()
         try:
             p = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                  bufsize=1, env=env, errors="replace")
