@@ -41,6 +41,8 @@ done
 TQ="$REPO/.venv/bin/tqgguf"
 [ -x "$TQ" ] || TQ=$(command -v tqgguf || true)
 [ -n "$TQ" ] || { echo "hip_check: tqgguf not found (make setup, or pip install -e .)" >&2; exit 2; }
+TQ_PY="$(dirname "$TQ")/python" # the interpreter tqgguf is installed in
+[ -x "$TQ_PY" ] || TQ_PY=python3
 mkdir -p "$OUTDIR"
 OUTDIR=$(cd "$OUTDIR" && pwd)
 log() { echo "[hip_check $(date -u +%H:%M:%S)] $*" | tee -a "$OUTDIR/steps.log"; }
@@ -82,10 +84,12 @@ in_root() { chroot "$ROOT" bash -c "$1"; }
 } > "$OUTDIR/versions.txt"
 cat "$OUTDIR/versions.txt" | tee -a "$OUTDIR/steps.log"
 
-log "configuring: GGML_HIP=ON, GPU_TARGETS=$ARCH"
-in_root "cd $TREE && HIPCXX=\$(hipconfig -l)/clang cmake -S . -B build-hip -G Ninja -DGGML_HIP=ON \
-    -DGPU_TARGETS='$ARCH' -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=ON -DGGML_NATIVE=OFF" \
-    > "$OUTDIR/configure.log" 2>&1
+# the CMake arguments of `tqgguf build -b hip --hip-arch $ARCH`, quoted for the chroot's shell
+ARGS=$("$TQ_PY" -c 'import shlex, sys
+from tqgguf.build import BuildSpec, cmake_args
+print(shlex.join(cmake_args(BuildSpec(backends=["hip"], hip_arch=sys.argv[1]))))' "$ARCH")
+log "configuring: $ARGS"
+in_root "cd $TREE && HIPCXX=\$(hipconfig -l)/clang cmake -S . -B build-hip -G Ninja $ARGS" > "$OUTDIR/configure.log" 2>&1
 
 if [ "$FULL" = 1 ]; then
     TARGETS="test-backend-ops llama-bench llama-perplexity"
