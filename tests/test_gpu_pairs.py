@@ -1,7 +1,9 @@
-"""K/V pairs a CUDA/HIP build has no flash-attention kernel for are refused before anything runs.
+"""K/V pairs a CUDA/HIP build has no flash-attention kernel for are refused before anything runs, and so are turbo
+caches on a Vulkan or Metal build's GPU.
 
 Patch 0011 gives every pair of a turbo type with f16, q8_0 or a turbo type a CUDA/HIP kernel; any other partner
-(q4_0, bf16, ...) would make llama.cpp run that attention on the CPU and copy the cache every token."""
+(q4_0, bf16, ...) would make llama.cpp run that attention on the CPU and copy the cache every token. Vulkan and
+Metal have no turbo kernels at all, so llama.cpp cannot even write a turbo cache that lives on their device."""
 
 from __future__ import annotations
 
@@ -34,7 +36,26 @@ def test_gpu_offload():
     assert not kvcompat.gpu_offload(["cpu", "cuda"], "0")
     assert not kvcompat.gpu_offload(["cpu", "cuda"], 0)
     assert not kvcompat.gpu_offload(["cpu"], "99")
-    assert not kvcompat.gpu_offload(["cpu", "vulkan"], None)  # the Vulkan backend has no turbo kernels to check
+    assert not kvcompat.gpu_offload(["cpu", "vulkan"], None)  # no turbo pairs to tell apart: no_turbo_backend_error
+
+
+@pytest.mark.parametrize("backends,ngl,types,refused", [
+    (["cpu", "vulkan"], None, ("turbo3", "turbo3"), True),
+    (["cpu", "vulkan"], "99", ("q8_0", "q8_0", "turbo2"), True),   # a boundary-layer turbo V alone
+    (["cpu", "metal"], None, ("f16", "turbo4"), True),
+    (["cpu", "vulkan"], "0", ("turbo3", "turbo3"), False),          # everything on the CPU
+    (["cpu", "vulkan"], 0, ("turbo3", "turbo3"), False),
+    (["cpu", "vulkan"], None, ("q8_0", "q4_0"), False),             # upstream's types: Vulkan has those
+    (["cpu", "cuda"], None, ("turbo3", "turbo3"), False),
+    (["cpu"], None, ("turbo3", "turbo3"), False),
+])
+def test_no_turbo_backend_error(backends, ngl, types, refused):
+    err = kvcompat.no_turbo_backend_error(backends, ngl, types)
+    assert (err is not None) == refused
+    if refused:
+        gpu = "Vulkan" if "vulkan" in backends else "Metal"
+        assert f"{gpu} backend has no kernels for" in err
+        assert all(t in err for t in types if t.startswith("turbo"))
 
 
 def _fake_build(tmp_path: Path, backends: list[str]) -> Path:
@@ -59,6 +80,17 @@ def test_check_gpu_pairs(tmp_path):
     check_gpu_pairs(_fake_build(cpu_dir, ["cpu"]), None, cfgs)
 
 
+def test_check_gpu_pairs_vulkan(tmp_path):
+    vulkan = _fake_build(tmp_path, ["cpu", "vulkan"])
+    with pytest.raises(TqError, match="config turbo4/turbo3: this build's Vulkan backend has no kernels for turbo3, turbo4") as e:
+        check_gpu_pairs(vulkan, None, [CacheConfig.parse("f16"), CacheConfig.parse("turbo4/turbo3")])
+    assert "-ngl 0" in e.value.hint and "-b cuda" in e.value.hint
+    with pytest.raises(TqError, match="turbo2"):     # the boundary layers' V type counts too
+        check_gpu_pairs(vulkan, None, [CacheConfig.parse("q8_0/q8_0+bv2:turbo2")])
+    check_gpu_pairs(vulkan, "0", [CacheConfig.parse("turbo4/turbo3")])
+    check_gpu_pairs(vulkan, None, [CacheConfig.parse("f16"), CacheConfig.parse("q8_0/q4_0")])
+
+
 def test_serve_precheck_refuses_cpu_fallback_pair():
     from tqgguf.models import smollm2_path
     from tqgguf.serve import make_request, precheck
@@ -70,3 +102,14 @@ def test_serve_precheck_refuses_cpu_fallback_pair():
     precheck(make_request(model, k="q4_0", v="turbo3", backends=["cpu", "cuda"], n_gpu_layers="0"))
     precheck(make_request(model, k="q4_0", v="turbo3", backends=["cpu"]))
     precheck(make_request(model, k="q8_0", v="turbo3", backends=["cpu", "cuda"]))
+
+
+def test_serve_precheck_refuses_turbo_on_vulkan():
+    from tqgguf.models import smollm2_path
+    from tqgguf.serve import make_request, precheck
+
+    model = smollm2_path()
+    with pytest.raises(TqError, match="cannot run on the GPU: this build's Vulkan backend has no kernels for turbo3"):
+        precheck(make_request(model, k="turbo3", v="turbo3", backends=["cpu", "vulkan"]))
+    precheck(make_request(model, k="turbo3", v="turbo3", backends=["cpu", "vulkan"], n_gpu_layers="0"))
+    precheck(make_request(model, k="q8_0", v="q8_0", backends=["cpu", "vulkan"]))

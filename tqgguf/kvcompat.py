@@ -18,6 +18,8 @@ REPORT_TYPES = ("f16", "q8_0", "q4_0", "turbo4", "turbo3", "turbo2")
 # Cache types that have CUDA/HIP flash-attention kernels together with a turbo type (patch 0011)
 GPU_TURBO_PARTNERS = ("f16", "q8_0", "turbo2", "turbo3", "turbo4")
 GPU_BACKENDS = ("cuda", "hip")
+# GPU backends that the series gives no turbo kernels: a turbo cache on their device cannot even be written there
+NO_TURBO_BACKENDS = ("vulkan", "metal")
 
 
 @dataclass
@@ -111,6 +113,23 @@ def gpu_pair_error(k: str, v: str) -> str | None:
                 f"{', '.join(GPU_TURBO_PARTNERS)} on the GPU, otherwise attention runs on the CPU and the cache is "
                 "copied every token")
     return None
+
+
+def no_turbo_backend_error(backends: list[str] | None, n_gpu_layers: str | int | None, types) -> str | None:
+    """Why turbo cache types cannot run with a build's offloaded layers, or None.
+
+    The Vulkan and Metal backends have no turbo kernels. A layer offloaded to such a device keeps its KV cache in
+    the device's memory, and the cache write (SET_ROWS) into a turbo cache cannot run there, nor anywhere else, as
+    the cache cannot move: llama.cpp stops with "pre-allocated tensor ... cannot run the operation (SET_ROWS)"."""
+    if str(n_gpu_layers) == "0":
+        return None
+    gpu = [b for b in backends or [] if b in NO_TURBO_BACKENDS]
+    turbo = sorted({t for t in types if t in TURBO})
+    if not gpu or not turbo:
+        return None
+    names = " and ".join({"vulkan": "Vulkan", "metal": "Metal"}[b] for b in gpu)
+    return (f"this build's {names} backend has no kernels for {', '.join(turbo)} caches: llama.cpp would stop "
+            "when it writes the cache on the GPU")
 
 
 def gpu_offload(backends: list[str] | None, n_gpu_layers: str | int | None) -> bool:

@@ -190,6 +190,11 @@ def precheck(req: ServeRequest) -> Plan:
     ek, ev, err = kvcompat.config_effective(facts, req.k, req.v, fa)
     if err:
         raise TqError(f"this request cannot work with {path.name}: {err}", "see `tqgguf check` for what the model supports")
+    nerr = kvcompat.no_turbo_backend_error(req.backends, req.n_gpu_layers,
+                                           (ek, ev, req.boundary_type if req.boundary_n > 0 else ev))
+    if nerr:
+        raise TqError(f"this request cannot run on the GPU: {nerr}",
+                      "build with -b cuda or -b hip for turbo caches on the GPU, or -ngl 0 to run on the CPU")
     if kvcompat.gpu_offload(req.backends, req.n_gpu_layers):
         for kt, vt in {(ek, ev), (ek, req.boundary_type if req.boundary_n > 0 else ev)}:
             gerr = kvcompat.gpu_pair_error(kt, vt)
