@@ -20,6 +20,7 @@ GPU_TURBO_PARTNERS = ("f16", "q8_0", "turbo2", "turbo3", "turbo4")
 GPU_BACKENDS = ("cuda", "hip")
 # GPU backends that the series gives no turbo kernels: a turbo cache on their device cannot even be written there
 NO_TURBO_BACKENDS = ("vulkan", "metal")
+NO_TURBO_HINT = "build with -b cuda or -b hip for turbo caches on the GPU, or run on the CPU with -ngl 0"
 
 
 @dataclass

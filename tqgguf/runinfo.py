@@ -135,14 +135,13 @@ def device(binary: Path | None = None, n_gpu_layers: str | None = None) -> str:
 def check_gpu_pairs(binary: Path | None, n_gpu_layers, configs) -> None:
     """Refuse cache configs that a GPU build would run on the CPU (kvcompat.gpu_pair_error) or cannot run at all
     (turbo types on a Vulkan or Metal device, kvcompat.no_turbo_backend_error), before any run."""
-    from .kvcompat import gpu_offload, gpu_pair_error, no_turbo_backend_error
+    from .kvcompat import NO_TURBO_HINT, gpu_offload, gpu_pair_error, no_turbo_backend_error
 
     backends = (manifest_of(binary) or {}).get("backends", []) if binary else []
     for c in configs:
         err = no_turbo_backend_error(backends, n_gpu_layers, (c.k, c.v, c.boundary_type if c.boundary_n else c.v))
         if err:
-            raise TqError(f"config {c.label}: {err}", "build with -b cuda or -b hip for turbo caches on the GPU, "
-                          "or run on the CPU with -ngl 0")
+            raise TqError(f"config {c.label}: {err}", NO_TURBO_HINT)
     if not gpu_offload(backends, n_gpu_layers):
         return
     for c in configs:

@@ -193,8 +193,7 @@ def precheck(req: ServeRequest) -> Plan:
     nerr = kvcompat.no_turbo_backend_error(req.backends, req.n_gpu_layers,
                                            (ek, ev, req.boundary_type if req.boundary_n > 0 else ev))
     if nerr:
-        raise TqError(f"this request cannot run on the GPU: {nerr}",
-                      "build with -b cuda or -b hip for turbo caches on the GPU, or -ngl 0 to run on the CPU")
+        raise TqError(f"this request cannot run on the GPU: {nerr}", kvcompat.NO_TURBO_HINT)
     if kvcompat.gpu_offload(req.backends, req.n_gpu_layers):
         for kt, vt in {(ek, ev), (ek, req.boundary_type if req.boundary_n > 0 else ev)}:
             gerr = kvcompat.gpu_pair_error(kt, vt)
