@@ -236,6 +236,7 @@ def test_vulkan_new_headers_buildable(tmp_path):
     assert r.tool("vulkan-headers").detail is None
     vk = r.backend("vulkan")
     assert vk.buildable and vk.reasons == [], vk
+    assert any(n.startswith("no turbo kernels: turbo caches run on the CPU only (-ngl 0)") for n in vk.notes)
 
 
 def test_vulkan_layer_settings_define_is_what_counts(tmp_path):
@@ -449,6 +450,7 @@ def test_metal_on_darwin(tmp_path):
     assert sdk.status == "ok" and sdk.version == "14.4"
     assert r.tool("metal").status == "missing" and r.tool("metal").optional
     assert r.backend("metal").buildable
+    assert any(n.startswith("no turbo kernels") for n in r.backend("metal").notes)
     assert r.tool("cmake").status == "ok"
 
     tools = dict(BASE)

@@ -65,6 +65,9 @@ VK_LAYER_SETTINGS_MIN_HEADER = (1, 3, 268)
 # find_package(SPIRV-Headers CONFIG REQUIRED), and #include <spirv/unified1/spirv.hpp> (ggml-vulkan-types.h).
 
 BLOCKING = frozenset({"missing", "too old", "error", "not applicable"})
+# Vulkan and Metal builds get upstream's cache types on the GPU, but the series has no turbo kernels for them
+NO_TURBO_KERNELS_NOTE = ("no turbo kernels: turbo caches run on the CPU only (-ngl 0), and tqgguf refuses them with "
+                         "layers on this GPU")
 
 Which = Callable[[str], "str | None"]
 Run = Callable[..., "subprocess.CompletedProcess"]
@@ -711,6 +714,7 @@ def _verdicts(tools: dict[str, Tool], gpus: list[dict], platform: str) -> list[B
     vk.need("spirv-headers")
     if vk.v.buildable:
         vk.note("running needs a Vulkan driver (e.g. mesa-vulkan-drivers or the NVIDIA driver's ICD)")
+        vk.note(NO_TURBO_KERNELS_NOTE)
     out.append(vk.v)
 
     if platform != "darwin":
@@ -718,6 +722,8 @@ def _verdicts(tools: dict[str, Tool], gpus: list[dict], platform: str) -> list[B
     else:
         mt = _base("metal", tools, MIN_CMAKE)
         mt.need("xcode-sdk", "Metal frameworks")
+        if mt.v.buildable:
+            mt.note(NO_TURBO_KERNELS_NOTE)
         out.append(mt.v)
     return out
 
