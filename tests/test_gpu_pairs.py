@@ -3,11 +3,13 @@ caches on a Vulkan or Metal build's GPU.
 
 Patch 0011 gives every pair of a turbo type with f16, q8_0 or a turbo type a CUDA/HIP kernel; any other partner
 (q4_0, bf16, ...) would make llama.cpp run that attention on the CPU and copy the cache every token. Vulkan and
-Metal have no turbo kernels at all, so llama.cpp cannot even write a turbo cache that lives on their device."""
+Metal have no turbo kernels at all, so llama.cpp cannot even write a turbo cache that lives on their device.
+Also: the device a GPU build's results are recorded with is what the tool lists (`--list-devices`)."""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -113,3 +115,41 @@ def test_serve_precheck_refuses_turbo_on_vulkan():
         precheck(make_request(model, k="turbo3", v="turbo3", backends=["cpu", "vulkan"]))
     precheck(make_request(model, k="turbo3", v="turbo3", backends=["cpu", "vulkan"], n_gpu_layers="0"))
     precheck(make_request(model, k="q8_0", v="q8_0", backends=["cpu", "vulkan"]))
+
+
+def _fake_tool(tmp_path: Path, backends: list[str], listing: str, rc: int = 0) -> Path:
+    """A build whose tool prints `listing` for --list-devices, as common_print_available_devices does."""
+    binary = _fake_build(tmp_path, backends)
+    binary.write_text(f"#!/bin/sh\n[ \"$1\" = --list-devices ] || exit 9\ncat <<'X'\n{listing}X\nexit {rc}\n")
+    binary.chmod(0o755)
+    return binary
+
+
+def test_device_names_the_listed_gpus(tmp_path):
+    from tqgguf.runinfo import cpu_name, device, list_devices
+
+    vk = _fake_tool(tmp_path, ["cpu", "vulkan"],
+                    "Available devices:\n  Vulkan0: llvmpipe (LLVM 15.0.6, 256 bits) (2048 MiB, 2048 MiB free)\n"
+                    "  Vulkan1: AMD Radeon RX 7900 XTX (RADV NAVI31) (24560 MiB, 24000 MiB free)\n")
+    assert list_devices(vk) == ["llvmpipe (LLVM 15.0.6, 256 bits)", "AMD Radeon RX 7900 XTX (RADV NAVI31)"]
+    assert device(vk, None) == "llvmpipe (LLVM 15.0.6, 256 bits), AMD Radeon RX 7900 XTX (RADV NAVI31) (vulkan)"
+    assert device(vk, "0") == device(vk, 0) == f"{cpu_name()} ({os.cpu_count()} cores)"   # nothing offloaded
+
+
+def test_device_of_a_gpu_build_without_a_gpu(tmp_path):
+    from tqgguf.runinfo import device, list_devices
+
+    none = _fake_tool(tmp_path, ["cpu", "vulkan"], "Available devices:\n  (none)\n")
+    assert list_devices(none) == []
+    assert device(none, "99").endswith("cores); the vulkan build found no GPU")
+
+
+def test_device_when_the_tool_cannot_list(tmp_path, monkeypatch):
+    from tqgguf import runinfo
+
+    broken = _fake_tool(tmp_path, ["cpu", "cuda"], "error: unknown argument\n", rc=1)
+    assert runinfo.list_devices(broken) is None
+    monkeypatch.setattr(runinfo, "gpu_names", lambda: ["NVIDIA H200"])  # then nvidia-smi's names
+    assert runinfo.device(broken, None) == "NVIDIA H200 (cuda)"
+    monkeypatch.setattr(runinfo, "gpu_names", lambda: [])
+    assert runinfo.device(broken, None) == "cuda GPU"

@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -119,17 +120,41 @@ def gpu_names() -> list[str]:
     return [ln.strip() for ln in r.stdout.splitlines() if ln.strip()] if r.returncode == 0 else []
 
 
+def list_devices(binary: Path) -> list[str] | None:
+    """The GPUs a llama.cpp tool would use, as llama.cpp describes them (`<tool> --list-devices`, which llama-bench,
+    llama-perplexity and llama-server share; "  Vulkan0: llvmpipe (LLVM 15.0.6, 256 bits) (2048 MiB, 2048 MiB
+    free)" becomes "llvmpipe (LLVM 15.0.6, 256 bits)"); [] when it found none, None when the tool could not tell."""
+    try:
+        r = subprocess.run([str(binary), "--list-devices"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    head, sep, rest = r.stdout.partition("Available devices:")
+    if r.returncode != 0 or not sep:
+        return None
+    devs = []
+    for line in rest.splitlines():
+        m = re.match(r"\s*[^:\s]+: (.*?)(?: \(\d+ MiB, \d+ MiB free\))?\s*$", line)
+        if m and m.group(1):
+            devs.append(m.group(1))
+    return devs
+
+
 def device(binary: Path | None = None, n_gpu_layers: str | None = None) -> str:
-    """The device a run used, in words: the GPU(s) when the build has a GPU backend and layers are offloaded,
-    else the CPU model and its core count."""
+    """The device a run used, in words: the GPU(s) when the build has a GPU backend and layers are offloaded (as
+    the tool lists them, else from nvidia-smi for a CUDA build), else the CPU model and its core count. A GPU
+    build that finds no GPU runs on the CPU (ggml lists no CPU-emulated Vulkan device unless asked to)."""
     backends = (manifest_of(binary) or {}).get("backends", []) if binary else []
     gpu = [b for b in backends if b != "cpu"]
-    if gpu and n_gpu_layers not in ("0",):
-        names = gpu_names() if "cuda" in gpu else []
+    cpu = f"{cpu_name()} ({os.cpu_count()} cores)"
+    if gpu and str(n_gpu_layers) != "0":
+        listed = list_devices(binary)
+        if listed == []:
+            return f"{cpu}; the {'+'.join(gpu)} build found no GPU"
+        names = listed or (gpu_names() if "cuda" in gpu else [])
         if names:
             return ", ".join(names) + f" ({'+'.join(gpu)})"
         return f"{'+'.join(gpu)} GPU"
-    return f"{cpu_name()} ({os.cpu_count()} cores)"
+    return cpu
 
 
 def check_gpu_pairs(binary: Path | None, n_gpu_layers, configs) -> None:
