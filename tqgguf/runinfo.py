@@ -128,7 +128,7 @@ def list_devices(binary: Path) -> list[str] | None:
         r = subprocess.run([str(binary), "--list-devices"], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    head, sep, rest = r.stdout.partition("Available devices:")
+    _, sep, rest = r.stdout.partition("Available devices:")
     if r.returncode != 0 or not sep:
         return None
     devs = []
@@ -163,14 +163,13 @@ def check_gpu_pairs(binary: Path | None, n_gpu_layers, configs) -> None:
     from .kvcompat import NO_TURBO_HINT, gpu_offload, gpu_pair_error, no_turbo_backend_error
 
     backends = (manifest_of(binary) or {}).get("backends", []) if binary else []
+    offload = gpu_offload(backends, n_gpu_layers)
     for c in configs:
-        err = no_turbo_backend_error(backends, n_gpu_layers, (c.k, c.v, c.boundary_type if c.boundary_n else c.v))
+        vs = {c.v, c.boundary_type if c.boundary_n else c.v}
+        err = no_turbo_backend_error(backends, n_gpu_layers, (c.k, *vs))
         if err:
             raise TqError(f"config {c.label}: {err}", NO_TURBO_HINT)
-    if not gpu_offload(backends, n_gpu_layers):
-        return
-    for c in configs:
-        for v in {c.v, c.boundary_type if c.boundary_n else c.v}:
+        for v in vs if offload else ():
             err = gpu_pair_error(c.k, v)
             if err:
                 raise TqError(f"config {c.label}: {err}", "use q8_0 or f16 as the partner of a turbo type, or -ngl 0")

@@ -190,12 +190,12 @@ def precheck(req: ServeRequest) -> Plan:
     ek, ev, err = kvcompat.config_effective(facts, req.k, req.v, fa)
     if err:
         raise TqError(f"this request cannot work with {path.name}: {err}", "see `tqgguf check` for what the model supports")
-    nerr = kvcompat.no_turbo_backend_error(req.backends, req.n_gpu_layers,
-                                           (ek, ev, req.boundary_type if req.boundary_n > 0 else ev))
+    bv = req.boundary_type if req.boundary_n > 0 else ev  # the boundary layers' V type
+    nerr = kvcompat.no_turbo_backend_error(req.backends, req.n_gpu_layers, (ek, ev, bv))
     if nerr:
         raise TqError(f"this request cannot run on the GPU: {nerr}", kvcompat.NO_TURBO_HINT)
     if kvcompat.gpu_offload(req.backends, req.n_gpu_layers):
-        for kt, vt in {(ek, ev), (ek, req.boundary_type if req.boundary_n > 0 else ev)}:
+        for kt, vt in {(ek, ev), (ek, bv)}:
             gerr = kvcompat.gpu_pair_error(kt, vt)
             if gerr:
                 raise TqError(f"this request cannot run on the GPU: {gerr}",
