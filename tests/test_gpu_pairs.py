@@ -1,9 +1,10 @@
-"""K/V pairs a CUDA/HIP build has no flash-attention kernel for are refused before anything runs, and so are turbo
-caches on a Vulkan or Metal build's GPU.
+"""K/V pairs a GPU build has no flash-attention kernel for are refused before anything runs, and so are turbo
+caches on a Metal build's GPU.
 
 Patch 0011 gives every pair of a turbo type with f16, q8_0 or a turbo type a CUDA/HIP kernel; any other partner
-(q4_0, bf16, ...) would make llama.cpp run that attention on the CPU and copy the cache every token. Vulkan and
-Metal have no turbo kernels at all, so llama.cpp cannot even write a turbo cache that lives on their device.
+(q4_0, bf16, ...) would make llama.cpp run that attention on the CPU and copy the cache every token. Patch 0040 lets
+Vulkan's flash attention decode turbo types next to every type it takes but bf16. Metal has no turbo kernels at
+all, so llama.cpp cannot even write a turbo cache that lives on its device.
 Also: the device a GPU build's results are recorded with is what the tool lists (`--list-devices`)."""
 
 from __future__ import annotations
@@ -26,28 +27,46 @@ from tqgguf.runinfo import check_gpu_pairs
     ("q4_0", "turbo3", False), ("turbo3", "q4_0", False), ("turbo4", "bf16", False), ("q5_1", "turbo2", False),
 ])
 def test_gpu_pair_error(k, v, ok):
-    err = kvcompat.gpu_pair_error(k, v)
+    for backend in ("cuda", "hip"):
+        err = kvcompat.gpu_pair_error(k, v, ["cpu", backend])
+        assert (err is None) == ok
+        if not ok:
+            assert f"K {k} / V {v} has no {backend.upper()} flash-attention kernel" in err and "CPU" in err
+
+
+@pytest.mark.parametrize("k,v,ok", [
+    ("turbo3", "turbo3", True), ("q4_0", "turbo3", True), ("turbo2", "q5_1", True), ("iq4_nl", "turbo4", True),
+    ("turbo4", "f16", True), ("q8_0", "turbo2", True),
+    ("turbo4", "bf16", False), ("bf16", "turbo2", False),            # Vulkan pairs bf16 only with bf16
+])
+def test_gpu_pair_error_vulkan(k, v, ok):
+    err = kvcompat.gpu_pair_error(k, v, ["cpu", "vulkan"])
     assert (err is None) == ok
     if not ok:
-        assert f"K {k} / V {v}" in err and "CPU" in err
+        assert f"K {k} / V {v} has no Vulkan flash-attention kernel" in err
+    # a build with CUDA and Vulkan is held to both
+    assert (kvcompat.gpu_pair_error(k, v, ["cpu", "cuda", "vulkan"]) is None) == (ok and k not in ("q4_0", "q5_1", "iq4_nl")
+                                                                                  and v not in ("q4_0", "q5_1", "iq4_nl"))
 
 
 def test_gpu_offload():
     assert kvcompat.gpu_offload(["cpu", "cuda"], None)
     assert kvcompat.gpu_offload(["cpu", "hip"], "99")
+    assert kvcompat.gpu_offload(["cpu", "vulkan"], None)
     assert not kvcompat.gpu_offload(["cpu", "cuda"], "0")
     assert not kvcompat.gpu_offload(["cpu", "cuda"], 0)
     assert not kvcompat.gpu_offload(["cpu"], "99")
-    assert not kvcompat.gpu_offload(["cpu", "vulkan"], None)  # no turbo pairs to tell apart: no_turbo_backend_error
+    assert not kvcompat.gpu_offload(["cpu", "metal"], None)  # no turbo pairs to tell apart: no_turbo_backend_error
 
 
 @pytest.mark.parametrize("backends,ngl,types,refused", [
-    (["cpu", "vulkan"], None, ("turbo3", "turbo3"), True),
-    (["cpu", "vulkan"], "99", ("q8_0", "q8_0", "turbo2"), True),   # a boundary-layer turbo V alone
+    (["cpu", "metal"], None, ("turbo3", "turbo3"), True),
+    (["cpu", "metal"], "99", ("q8_0", "q8_0", "turbo2"), True),    # a boundary-layer turbo V alone
     (["cpu", "metal"], None, ("f16", "turbo4"), True),
-    (["cpu", "vulkan"], "0", ("turbo3", "turbo3"), False),          # everything on the CPU
-    (["cpu", "vulkan"], 0, ("turbo3", "turbo3"), False),
-    (["cpu", "vulkan"], None, ("q8_0", "q4_0"), False),             # upstream's types: Vulkan has those
+    (["cpu", "metal"], "0", ("turbo3", "turbo3"), False),           # everything on the CPU
+    (["cpu", "metal"], 0, ("turbo3", "turbo3"), False),
+    (["cpu", "metal"], None, ("q8_0", "q4_0"), False),              # upstream's types: Metal has those
+    (["cpu", "vulkan"], None, ("turbo3", "turbo3"), False),         # patch 0040
     (["cpu", "cuda"], None, ("turbo3", "turbo3"), False),
     (["cpu"], None, ("turbo3", "turbo3"), False),
 ])
@@ -55,8 +74,7 @@ def test_no_turbo_backend_error(backends, ngl, types, refused):
     err = kvcompat.no_turbo_backend_error(backends, ngl, types)
     assert (err is not None) == refused
     if refused:
-        gpu = "Vulkan" if "vulkan" in backends else "Metal"
-        assert f"{gpu} backend has no kernels for" in err
+        assert "Metal backend has no kernels for" in err
         assert all(t in err for t in types if t.startswith("turbo"))
 
 
@@ -70,7 +88,7 @@ def _fake_build(tmp_path: Path, backends: list[str]) -> Path:
 def test_check_gpu_pairs(tmp_path):
     cfgs = [CacheConfig.parse("turbo4/turbo3"), CacheConfig.parse("q4_0/turbo3")]
     cuda = _fake_build(tmp_path, ["cpu", "cuda"])
-    with pytest.raises(TqError, match="config q4_0/turbo3: K q4_0 / V turbo3 has no CUDA/HIP"):
+    with pytest.raises(TqError, match="config q4_0/turbo3: K q4_0 / V turbo3 has no CUDA flash-attention"):
         check_gpu_pairs(cuda, None, cfgs)
     check_gpu_pairs(cuda, "0", cfgs)          # everything on the CPU: fine
     check_gpu_pairs(cuda, None, cfgs[:1])     # a pair with a kernel: fine
@@ -82,15 +100,24 @@ def test_check_gpu_pairs(tmp_path):
     check_gpu_pairs(_fake_build(cpu_dir, ["cpu"]), None, cfgs)
 
 
-def test_check_gpu_pairs_vulkan(tmp_path):
+def test_check_gpu_pairs_vulkan_and_metal(tmp_path):
     vulkan = _fake_build(tmp_path, ["cpu", "vulkan"])
-    with pytest.raises(TqError, match="config turbo4/turbo3: this build's Vulkan backend has no kernels for turbo3, turbo4") as e:
-        check_gpu_pairs(vulkan, None, [CacheConfig.parse("f16"), CacheConfig.parse("turbo4/turbo3")])
-    assert "-ngl 0" in e.value.hint and "-b cuda" in e.value.hint
+    check_gpu_pairs(vulkan, None, [CacheConfig.parse("f16"), CacheConfig.parse("turbo4/turbo3"),
+                                   CacheConfig.parse("q4_0/turbo3"), CacheConfig.parse("q8_0/q8_0+bv2:turbo2")])
+    with pytest.raises(TqError, match="config turbo4/bf16: K turbo4 / V bf16 has no Vulkan"):
+        check_gpu_pairs(vulkan, None, [CacheConfig.parse("turbo4/bf16")])
+    check_gpu_pairs(vulkan, "0", [CacheConfig.parse("turbo4/bf16")])
+
+    metal_dir = tmp_path / "metal"
+    metal_dir.mkdir()
+    metal = _fake_build(metal_dir, ["cpu", "metal"])
+    with pytest.raises(TqError, match="config turbo4/turbo3: this build's Metal backend has no kernels for turbo3, turbo4") as e:
+        check_gpu_pairs(metal, None, [CacheConfig.parse("f16"), CacheConfig.parse("turbo4/turbo3")])
+    assert "-ngl 0" in e.value.hint and "-b vulkan" in e.value.hint
     with pytest.raises(TqError, match="turbo2"):     # the boundary layers' V type counts too
-        check_gpu_pairs(vulkan, None, [CacheConfig.parse("q8_0/q8_0+bv2:turbo2")])
-    check_gpu_pairs(vulkan, "0", [CacheConfig.parse("turbo4/turbo3")])
-    check_gpu_pairs(vulkan, None, [CacheConfig.parse("f16"), CacheConfig.parse("q8_0/q4_0")])
+        check_gpu_pairs(metal, None, [CacheConfig.parse("q8_0/q8_0+bv2:turbo2")])
+    check_gpu_pairs(metal, "0", [CacheConfig.parse("turbo4/turbo3")])
+    check_gpu_pairs(metal, None, [CacheConfig.parse("f16"), CacheConfig.parse("q8_0/q4_0")])
 
 
 def test_serve_precheck_refuses_cpu_fallback_pair():
@@ -106,15 +133,17 @@ def test_serve_precheck_refuses_cpu_fallback_pair():
     precheck(make_request(model, k="q8_0", v="turbo3", backends=["cpu", "cuda"]))
 
 
-def test_serve_precheck_refuses_turbo_on_vulkan():
+def test_serve_precheck_turbo_on_vulkan_and_metal():
     from tqgguf.models import smollm2_path
     from tqgguf.serve import make_request, precheck
 
     model = smollm2_path()
-    with pytest.raises(TqError, match="cannot run on the GPU: this build's Vulkan backend has no kernels for turbo3"):
-        precheck(make_request(model, k="turbo3", v="turbo3", backends=["cpu", "vulkan"]))
-    precheck(make_request(model, k="turbo3", v="turbo3", backends=["cpu", "vulkan"], n_gpu_layers="0"))
-    precheck(make_request(model, k="q8_0", v="q8_0", backends=["cpu", "vulkan"]))
+    precheck(make_request(model, k="turbo3", v="turbo3", backends=["cpu", "vulkan"]))
+    precheck(make_request(model, k="q4_0", v="turbo3", backends=["cpu", "vulkan"]))
+    with pytest.raises(TqError, match="cannot run on the GPU: this build's Metal backend has no kernels for turbo3"):
+        precheck(make_request(model, k="turbo3", v="turbo3", backends=["cpu", "metal"]))
+    precheck(make_request(model, k="turbo3", v="turbo3", backends=["cpu", "metal"], n_gpu_layers="0"))
+    precheck(make_request(model, k="q8_0", v="q8_0", backends=["cpu", "metal"]))
 
 
 def _fake_tool(tmp_path: Path, backends: list[str], listing: str, rc: int = 0) -> Path:

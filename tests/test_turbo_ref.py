@@ -138,6 +138,55 @@ def test_header_deterministic_and_check(tmp_path, committed):
     assert "differs" in bad.stderr and "turbo4_levels" in bad.stderr
 
 
+def _series_new_file(path: str) -> str:
+    """The text of a file that the patch series adds (its '+' lines), read from patches/ without applying them."""
+    found = []
+    for patch in sorted((ROOT / "patches").glob("*.patch")):
+        lines = patch.read_text().splitlines()
+        for i, line in enumerate(lines):
+            if line != f"diff --git a/{path} b/{path}":
+                continue
+            assert lines[i + 1].startswith("new file mode"), (patch.name, path)
+            body = []
+            j = i + 1
+            while j < len(lines) and not lines[j].startswith("@@"):
+                j += 1
+            for line2 in lines[j + 1:]:
+                if line2.startswith("diff --git ") or line2 == "-- ":
+                    break
+                assert line2.startswith("+"), (patch.name, line2)
+                body.append(line2[1:])
+            found.append("\n".join(body) + "\n")
+    assert len(found) == 1, (path, len(found))
+    return found[0]
+
+
+@pytest.mark.parametrize("path,render", [
+    ("ggml/src/ggml-turbo-codebooks.h", "render_header"),
+    ("ggml/src/ggml-vulkan/vulkan-shaders/turbo_codebooks.glsl", "render_glsl"),
+])
+def test_series_tables_are_the_generated_ones(gen, committed, path, render):
+    # the C header (CPU, CUDA, HIP) and the GLSL tables (Vulkan) that the patches add are byte for byte what
+    # gen_codebooks.py renders from the committed codebooks
+    assert _series_new_file(path) == getattr(gen, render)(committed)
+
+
+def test_glsl_check(tmp_path):
+    g = tmp_path / "turbo_codebooks.glsl"
+    r = subprocess.run([sys.executable, str(GEN_PATH), "--no-json", "--glsl", str(g)], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    text = g.read_text()
+    assert "const float turbo3_levels[8] = float[8](" in text and "static" not in text
+    ok = subprocess.run([sys.executable, str(GEN_PATH), "--check", str(g)], capture_output=True, text=True,
+                        timeout=60)
+    assert ok.returncode == 0, ok.stderr
+    g.write_text(text.replace("0.263913929f", "0.263913930f", 1))
+    bad = subprocess.run([sys.executable, str(GEN_PATH), "--check", str(g)], capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 1 and "GLSL tables" in bad.stderr
+
+
 def test_reference_uses_committed_codebooks(committed):
     for name, t in T.TYPES.items():
         cb = committed["codebooks"][str(t.bits)]

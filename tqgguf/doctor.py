@@ -65,9 +65,12 @@ VK_LAYER_SETTINGS_MIN_HEADER = (1, 3, 268)
 # find_package(SPIRV-Headers CONFIG REQUIRED), and #include <spirv/unified1/spirv.hpp> (ggml-vulkan-types.h).
 
 BLOCKING = frozenset({"missing", "too old", "error", "not applicable"})
-# Vulkan and Metal builds get upstream's cache types on the GPU, but the series has no turbo kernels for them
+# Metal builds get upstream's cache types on the GPU, but the series has no turbo kernels for Metal
 NO_TURBO_KERNELS_NOTE = ("no turbo kernels: turbo caches run on the CPU only (-ngl 0), and tqgguf refuses them with "
                          "layers on this GPU")
+# Vulkan's turbo kernels (patch 0040) were checked against the CPU backend on Mesa's lavapipe, not on a GPU
+VULKAN_TURBO_NOTE = ("turbo caches: kernels checked against the CPU on Mesa's lavapipe (test-backend-ops), not yet "
+                     "run or timed on a Vulkan GPU; flash attention with a turbo side takes the scalar shader")
 
 Which = Callable[[str], "str | None"]
 Run = Callable[..., "subprocess.CompletedProcess"]
@@ -714,7 +717,7 @@ def _verdicts(tools: dict[str, Tool], gpus: list[dict], platform: str) -> list[B
     vk.need("spirv-headers")
     if vk.v.buildable:
         vk.note("running needs a Vulkan driver (e.g. mesa-vulkan-drivers or the NVIDIA driver's ICD)")
-        vk.note(NO_TURBO_KERNELS_NOTE)
+        vk.note(VULKAN_TURBO_NOTE)
     out.append(vk.v)
 
     if platform != "darwin":

@@ -15,13 +15,20 @@ from .gguf_check import ModelFacts
 
 TURBO = ("turbo2", "turbo3", "turbo4")
 REPORT_TYPES = ("f16", "q8_0", "q4_0", "turbo4", "turbo3", "turbo2")
-# Cache types that have CUDA/HIP flash-attention kernels together with a turbo type (patch 0011)
-GPU_TURBO_PARTNERS = ("f16", "q8_0", "turbo2", "turbo3", "turbo4")
-GPU_BACKENDS = ("cuda", "hip")
+# Cache types that flash attention takes next to a turbo type on each GPU backend of the patched build: CUDA and
+# HIP (patch 0011) pair a turbo type with f16, q8_0 or a turbo type; Vulkan's scalar shader (patch 0040) decodes
+# every type that its flash attention takes, where bf16 pairs only with bf16
+GPU_TURBO_PARTNERS = {
+    "cuda": ("f16", "q8_0", *TURBO),
+    "hip": ("f16", "q8_0", *TURBO),
+    "vulkan": ("f32", "f16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "iq4_nl", *TURBO),
+}
+GPU_BACKENDS = tuple(GPU_TURBO_PARTNERS)
+GPU_NAMES = {"cuda": "CUDA", "hip": "HIP", "vulkan": "Vulkan", "metal": "Metal"}
 # GPU backends that the series gives no turbo kernels: a turbo cache on their device cannot even be written there
-NO_TURBO_BACKENDS = ("vulkan", "metal")
-NO_TURBO_HINT = "build with -b cuda or -b hip for turbo caches on the GPU, or run on the CPU with -ngl 0"
-
+NO_TURBO_BACKENDS = ("metal",)
+NO_TURBO_HINT = ("build with -b cuda, -b hip or -b vulkan for turbo caches on the GPU, or run on the CPU with "
+                 "-ngl 0")
 
 @dataclass
 class Verdict:
@@ -104,36 +111,42 @@ def config_effective(facts: ModelFacts, k: str, v: str, flash_attn: bool = True)
     return ek, ev, None
 
 
-def gpu_pair_error(k: str, v: str) -> str | None:
-    """Why a K/V pair cannot run flash attention on a CUDA/HIP device of the patched build, or None.
+def gpu_pair_error(k: str, v: str, backends: list[str] | tuple[str, ...]) -> str | None:
+    """Why a K/V pair cannot run flash attention on a GPU of a patched build with `backends`, or None.
 
-    A turbo type pairs with f16, q8_0 or a turbo type there; any other partner (q4_0, q5_1, bf16, ...) has no
-    kernel, and llama.cpp would quietly run that layer's attention on the CPU and copy the cache every token."""
-    if (k in TURBO or v in TURBO) and (k not in GPU_TURBO_PARTNERS or v not in GPU_TURBO_PARTNERS):
-        return (f"K {k} / V {v} has no CUDA/HIP flash-attention kernel: a turbo cache pairs with "
-                f"{', '.join(GPU_TURBO_PARTNERS)} on the GPU, otherwise attention runs on the CPU and the cache is "
-                "copied every token")
+    On CUDA/HIP a turbo type pairs with f16, q8_0 or a turbo type, on Vulkan with any type that its flash attention
+    takes but bf16; for another partner (q4_0 or q5_1 on CUDA, bf16 anywhere) llama.cpp would quietly run that
+    layer's attention on the CPU and copy the cache every token."""
+    if k not in TURBO and v not in TURBO:
+        return None
+    for b in backends:
+        partners = GPU_TURBO_PARTNERS.get(b)
+        if partners and (k not in partners or v not in partners):
+            return (f"K {k} / V {v} has no {GPU_NAMES[b]} flash-attention kernel: a turbo cache pairs with "
+                    f"{', '.join(partners)} on the GPU, otherwise attention runs on the CPU and the cache is "
+                    "copied every token")
     return None
 
 
 def no_turbo_backend_error(backends: list[str] | None, n_gpu_layers: str | int | None, types) -> str | None:
     """Why turbo cache types cannot run with a build's offloaded layers, or None.
 
-    The Vulkan and Metal backends have no turbo kernels. A layer offloaded to such a device keeps its KV cache in
-    the device's memory, and the cache write (SET_ROWS) into a turbo cache cannot run there, nor anywhere else, as
-    the cache cannot move: llama.cpp stops with "pre-allocated tensor ... cannot run the operation (SET_ROWS)"."""
+    The Metal backend has no turbo kernels. A layer offloaded to such a device keeps its KV cache in the device's
+    memory, and the cache write (SET_ROWS) into a turbo cache cannot run there, nor anywhere else, as the cache
+    cannot move: llama.cpp stops with "pre-allocated tensor ... cannot run the operation (SET_ROWS)" (seen on Vulkan
+    before patch 0040 gave it turbo kernels)."""
     if str(n_gpu_layers) == "0":
         return None
     gpu = [b for b in backends or [] if b in NO_TURBO_BACKENDS]
     turbo = sorted({t for t in types if t in TURBO})
     if not gpu or not turbo:
         return None
-    names = " and ".join({"vulkan": "Vulkan", "metal": "Metal"}[b] for b in gpu)
+    names = " and ".join(GPU_NAMES[b] for b in gpu)
     return (f"this build's {names} backend has no kernels for {', '.join(turbo)} caches: llama.cpp would stop "
             "when it writes the cache on the GPU")
 
 
 def gpu_offload(backends: list[str] | None, n_gpu_layers: str | int | None) -> bool:
-    """Whether a run of a build with `backends` and `-ngl n_gpu_layers` puts layers on a CUDA/HIP device
-    (llama.cpp offloads all layers by default)."""
+    """Whether a run of a build with `backends` and `-ngl n_gpu_layers` puts layers on a CUDA, HIP or Vulkan
+    device (llama.cpp offloads all layers by default)."""
     return any(b in GPU_BACKENDS for b in backends or []) and str(n_gpu_layers) != "0"

@@ -196,7 +196,7 @@ def precheck(req: ServeRequest) -> Plan:
         raise TqError(f"this request cannot run on the GPU: {nerr}", kvcompat.NO_TURBO_HINT)
     if kvcompat.gpu_offload(req.backends, req.n_gpu_layers):
         for kt, vt in {(ek, ev), (ek, bv)}:
-            gerr = kvcompat.gpu_pair_error(kt, vt)
+            gerr = kvcompat.gpu_pair_error(kt, vt, req.backends)
             if gerr:
                 raise TqError(f"this request cannot run on the GPU: {gerr}",
                               "use q8_0 or f16 as the partner of a turbo type, or -ngl 0 to run on the CPU")

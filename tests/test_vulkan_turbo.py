@@ -1,0 +1,84 @@
+"""The Vulkan backend's turbo kernels (patch 0040) against the CPU backend, on Mesa's lavapipe.
+
+test-backend-ops compares a backend with the CPU backend; lavapipe is a Vulkan driver that runs on the CPU, so a
+machine without a GPU checks the real Vulkan shaders (the turbo quantizer of SET_ROWS, the dequantizers of GET_ROWS
+and CPY, and flash attention's turbo decoding). ggml lists lavapipe only when GGML_VK_VISIBLE_DEVICES names it.
+
+The module needs what a Vulkan build needs (Vulkan headers and loader, glslc, SPIR-V headers) and lavapipe's ICD;
+`.ci/run` installs them on Debian. Elsewhere it is skipped, with the missing pieces named.
+The Vulkan build takes about 7 minutes on 2 cores, and lavapipe compiles each flash-attention pipeline with LLVM
+(several seconds per K/V pair and head size), so the flash-attention cases here are a subset: every K/V pair with a
+turbo side at head size 128, GQA 4 and one query; head sizes 64 and 256 for the symmetric turbo caches.
+bench/results/vulkan-lavapipe-turbo-kernels/ has the wider runs.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import subprocess
+
+import pytest
+
+from tqgguf.build import BuildSpec, run_build
+from tqgguf.doctor import run_doctor
+
+LAVAPIPE_ICDS = ("/usr/share/vulkan/icd.d/lvp_icd.*.json", "/etc/vulkan/icd.d/lvp_icd.*.json")
+
+
+def _missing() -> list[str]:
+    vk = run_doctor().backend("vulkan")
+    missing = list(vk.reasons) if vk and not vk.buildable else []
+    if not any(glob.glob(p) for p in LAVAPIPE_ICDS):
+        missing.append("Mesa's lavapipe ICD (apt-get install mesa-vulkan-drivers)")
+    return missing
+
+
+_MISSING = _missing()
+pytestmark = pytest.mark.skipif(bool(_MISSING), reason="no Vulkan toolchain or lavapipe: " + "; ".join(_MISSING))
+
+
+@pytest.fixture(scope="module")
+def backend_ops(pin, pinned):
+    res = run_build(pinned, pin, BuildSpec(backends=["vulkan"], targets=["test-backend-ops"]), jobs=os.cpu_count())
+    path = res.bin_dir / "test-backend-ops"
+    assert path.is_file()
+    return path
+
+
+def run_ops(binary, op: str, params: str, timeout: int = 900) -> tuple[int, int, str]:
+    """(passed, run) of test-backend-ops on lavapipe for one op and params regex, and its output."""
+    env = {**os.environ, "GGML_VK_VISIBLE_DEVICES": "0"}
+    r = subprocess.run([str(binary), "test", "-b", "Vulkan0", "-o", op, "-p", params], capture_output=True,
+                       text=True, timeout=timeout, env=env)
+    out = r.stdout + r.stderr
+    assert "Vulkan0" in out, f"lavapipe was not listed as Vulkan0:\n{out[-3000:]}"
+    m = re.search(r"(\d+)/(\d+) tests passed", out)
+    assert m, f"no test summary (rc {r.returncode}):\n{out[-3000:]}"
+    assert "FAIL" not in out, "\n".join(line for line in out.splitlines() if "FAIL" in line)
+    assert r.returncode == 0, out[-3000:]
+    return int(m.group(1)), int(m.group(2)), out
+
+
+@pytest.mark.parametrize("op,count", [
+    ("SET_ROWS", 90),   # f32 and f16 rows, cache-shaped writes for head sizes 64/128/256, i32 and i64 indices
+    ("GET_ROWS", 30),
+    ("CPY", 27),        # f32 <-> turbo and same-type copies; f16 <-> turbo is not claimed (as for q8_0 on Vulkan)
+])
+def test_cache_ops(backend_ops, op, count):
+    passed, run, out = run_ops(backend_ops, op, "turbo")
+    assert (passed, run) == (count, count)
+    if op == "CPY":
+        unsupported = [line for line in out.splitlines() if "not supported" in line]
+        assert unsupported and all("type_src=f16" in line for line in unsupported)
+
+
+@pytest.mark.parametrize("name,params,count", [
+    # 21 K/V pairs: every turbo pair, and each turbo type with f16 and q8_0 in both orders
+    ("pairs-hs128", r"hsk=128,hsv=128,nh=2,nr23=\[4,1\],kv=512,nb=1,.*turbo", 21),
+    ("symmetric-hs64-256", r"hsk=(64|256),hsv=(64|256),nh=2,nr23=\[1,1\],kv=512,nb=8,.*type_K=(turbo\d),type_V=\3,", 6),
+])
+def test_flash_attn(backend_ops, name, params, count):
+    passed, run, _ = run_ops(backend_ops, "FLASH_ATTN_EXT", params, timeout=1500)
+    assert (passed, run) == (count, count)
