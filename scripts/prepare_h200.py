@@ -8,6 +8,14 @@ Writes (default) .h200/ in the repository root, which .gitignore lists:
   .h200/commit.txt     the tqgguf commit the tree was prepared from
   .h200/wiki-300k.txt  300 kB of ../shared/data/wikitext-2-raw-test.txt (parity and diag steps), when present
 
+With --vulkan the tree keeps ggml/src/ggml-vulkan, and .h200/vulkan-sdk/ gets what a Vulkan build needs and the
+H200 machine lacks (it has the NVIDIA driver's Vulkan ICD only), copied from this machine's Debian packages:
+  include/{vulkan,vk_video,spirv}  libvulkan-dev's and spirv-headers' headers
+  lib/libvulkan.so*, lib/libshaderc.so*, bin/glslc   the loader to link and the shader compiler
+  share/cmake/SPIRV-Headers        find_package(SPIRV-Headers) (paths relative to the folder)
+Both travel as .h200/vulkan.tar.gz (the unpacked tree and SDK would fill the 64 MiB alone); scripts/h200_vulkan.sh
+unpacks it there, builds the Vulkan backend and runs test-backend-ops and llama-bench on it.
+
 Then scripts/h200_run.sh builds, synthesizes the models, checks every turbo op against the CPU backend with
 test-backend-ops and measures speed; call it through the device tool with carry [".h200"]:
   bash scripts/h200_run.sh            (results under $OUT, or ./h200-out)
@@ -63,11 +71,60 @@ def packed_mib(path: Path) -> float:
         return t.stat().st_size / 2**20
 
 
+# Debian's file locations of the Vulkan build pieces (libvulkan-dev, glslc, libshaderc1, spirv-headers)
+VULKAN_SDK_PARTS = {
+    "include/vulkan": "/usr/include/vulkan",
+    "include/vk_video": "/usr/include/vk_video",
+    "include/spirv": "/usr/include/spirv",
+    "share/cmake/SPIRV-Headers": "/usr/share/cmake/SPIRV-Headers",
+    "bin/glslc": "/usr/bin/glslc",
+}
+VULKAN_SDK_LIBS = ("libvulkan.so", "libshaderc.so")
+# headers that neither vulkan.hpp nor ggml-vulkan include (4 MB of the 64 MiB a run carries); SPIR-V: unified1 only
+VULKAN_SDK_SKIP = {"vulkan_raii.hpp", "vulkan_hash.hpp", "vulkan_static_assertions.hpp", "vulkan_format_traits.hpp",
+                   "vulkan_shared.hpp", "1.0", "1.1", "1.2", "spir-v.xml"}
+
+
+# --vulkan: the tree also leaves out what a Vulkan build on x86 does not configure or compile (the CUDA/HIP/MUSA,
+# RPC and BLAS backends, the server tools with LLAMA_BUILD_SERVER=OFF, the CPU backend's other architectures, the
+# Python conversion scripts), which keeps the archive small
+VULKAN_SKIP = {("ggml/src", "ggml-cuda"), ("ggml/src", "ggml-hip"), ("ggml/src", "ggml-musa"), ("tools", "server"),
+               ("tools", "cli"), (".", "conversion"), (".", "scripts"), ("ggml/src/ggml-cpu", "spacemit"),
+               ("ggml/src/ggml-cpu", "kleidiai"), ("ggml/src", "ggml-rpc"), ("ggml/src", "ggml-blas")}
+VULKAN_CPU_ARCHS = {"x86"}
+
+
+def copy_vulkan_sdk(dest: Path) -> None:
+    """Copy this machine's Vulkan headers, loader, glslc and SPIR-V headers into dest (see the module doc)."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    missing = [src for src in VULKAN_SDK_PARTS.values() if not Path(src).exists()]
+    libdir = Path("/usr/lib/x86_64-linux-gnu")
+    libs = [f for f in sorted(libdir.glob("lib*.so*")) if f.name.startswith(VULKAN_SDK_LIBS)]
+    if not any(f.name.startswith("libvulkan.so") for f in libs):
+        missing.append(str(libdir / "libvulkan.so"))
+    if missing:
+        raise SystemExit("prepare_h200 --vulkan: missing " + ", ".join(missing)
+                         + " (apt-get install libvulkan-dev glslc spirv-headers)")
+    for rel, src in VULKAN_SDK_PARTS.items():
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if Path(src).is_dir():
+            shutil.copytree(src, target, symlinks=True, ignore=lambda d, names: {n for n in names if n in VULKAN_SDK_SKIP})
+        else:
+            shutil.copy2(src, target)
+    (dest / "lib").mkdir(parents=True, exist_ok=True)
+    for f in libs:
+        shutil.copy2(f, dest / "lib" / f.name, follow_symlinks=False)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=ROOT / ".h200", help="output folder (default: .h200)")
     ap.add_argument("--cuda-arch", default="90-real",
                     help="CMAKE_CUDA_ARCHITECTURES (default: 90-real, the H200's GPU code without PTX)")
+    ap.add_argument("--vulkan", action="store_true",
+                    help="keep ggml-vulkan in the tree and add vulkan-sdk/ (for scripts/h200_vulkan.sh)")
     args = ap.parse_args(argv)
 
     pin = load_pin()
@@ -80,7 +137,24 @@ def main(argv: list[str] | None = None) -> int:
     if dest.exists():
         shutil.rmtree(dest)
     args.out.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(work, dest, ignore=ignore, symlinks=True)
+    skip_backends = SKIP_GGML_BACKENDS - ({"ggml-vulkan"} if args.vulkan else set())
+
+    def ignore_for_run(dirpath: str, names: list[str]) -> set[str]:
+        skip = ignore(dirpath, names)
+        if Path(dirpath).name == "src" and Path(dirpath).parent.name == "ggml":
+            skip = (skip - SKIP_GGML_BACKENDS) | {n for n in names if n in skip_backends}
+        if args.vulkan:
+            rel = Path(dirpath).relative_to(work).as_posix()
+            skip |= {n for n in names if (rel, n) in VULKAN_SKIP}
+            if rel == "ggml/src/ggml-cpu/arch":
+                skip |= {n for n in names if n not in VULKAN_CPU_ARCHS}
+        return skip
+
+    shutil.copytree(work, dest, ignore=ignore_for_run, symlinks=True)
+    if args.vulkan:
+        copy_vulkan_sdk(args.out / "vulkan-sdk")
+    else:
+        shutil.rmtree(args.out / "vulkan-sdk", ignore_errors=True)
     spec = BuildSpec(backends=["cuda"], cuda_arch=args.cuda_arch)
     (args.out / "cmake-args.txt").write_text("\n".join(cmake_args(spec)) + "\n")
     # the device copy of the repository may not carry git history: record what the tree was made from
@@ -92,15 +166,31 @@ def main(argv: list[str] | None = None) -> int:
     # the text h200_run.sh's parity and diag steps read: 300 kB of WikiText-2 when ../shared/data has it
     wiki = ROOT.parent / "shared" / "data" / "wikitext-2-raw-test.txt"
     excerpt = args.out / "wiki-300k.txt"
-    if wiki.is_file():
+    if args.vulkan:
+        excerpt.unlink(missing_ok=True)  # h200_vulkan.sh reads no text
+    elif wiki.is_file():
         excerpt.write_bytes(wiki.read_bytes()[:300_000])
     else:
         excerpt.unlink(missing_ok=True)
         print(f"note: {wiki} not found; {excerpt.name} not written (the parity and diag steps need a text there)",
               file=sys.stderr)
 
-    size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
-    print(f"wrote {dest}: {size / 2**20:.1f} MiB, {packed_mib(dest):.1f} MiB packed; "
+    if args.vulkan:
+        # unpacked, the tree and the SDK would take about as much as a run carries with the repository (64 MiB):
+        # they travel as one compressed archive, which h200_vulkan.sh unpacks on the machine
+        archive = args.out / "vulkan.tar.gz"
+        with tarfile.open(archive, "w:gz") as tf:
+            tf.add(dest, arcname="llama.cpp")
+            tf.add(args.out / "vulkan-sdk", arcname="vulkan-sdk")
+        shutil.rmtree(dest)
+        shutil.rmtree(args.out / "vulkan-sdk")
+        print(f"wrote {archive}: {archive.stat().st_size / 2**20:.1f} MiB; pin {pin.version} ({pin.upstream_commit}), "
+              f"{len(pin.patch_paths)} patches")
+        return 0
+    (args.out / "vulkan.tar.gz").unlink(missing_ok=True)
+
+    size = sum(p.stat().st_size for p in args.out.rglob("*") if p.is_file() and not p.is_symlink())
+    print(f"wrote {args.out}: {size / 2**20:.1f} MiB, {packed_mib(args.out):.1f} MiB packed; "
           f"pin {pin.version} ({pin.upstream_commit}), {len(pin.patch_paths)} patches")
     if size > 60 * 2**20:
         print("warning: over 60 MiB; a device run carries at most 64 MiB with the repository", file=sys.stderr)

@@ -74,11 +74,13 @@ def test_cache_ops(backend_ops, op, count):
         assert unsupported and all("type_src=f16" in line for line in unsupported)
 
 
-@pytest.mark.parametrize("name,params,count", [
+@pytest.mark.parametrize("params,count", [
     # 21 K/V pairs: every turbo pair, and each turbo type with f16 and q8_0 in both orders
-    ("pairs-hs128", r"hsk=128,hsv=128,nh=2,nr23=\[4,1\],kv=512,nb=1,.*turbo", 21),
-    ("symmetric-hs64-256", r"hsk=(64|256),hsv=(64|256),nh=2,nr23=\[1,1\],kv=512,nb=8,.*type_K=(turbo\d),type_V=\3,", 6),
+    pytest.param(r"hsk=128,hsv=128,nh=2,nr23=\[4,1\],kv=512,nb=1,.*turbo", 21, id="pairs-hs128"),
+    # turbo2/turbo2, turbo3/turbo3 and turbo4/turbo4 at head sizes 64 and 256, 8 queries
+    pytest.param(r"hsk=(64|256),hsv=(64|256),nh=2,nr23=\[1,1\],kv=512,nb=8,.*type_K=(turbo\d),type_V=\3,", 6,
+                 id="symmetric-hs64-256"),
 ])
-def test_flash_attn(backend_ops, name, params, count):
+def test_flash_attn(backend_ops, params, count):
     passed, run, _ = run_ops(backend_ops, "FLASH_ATTN_EXT", params, timeout=1500)
     assert (passed, run) == (count, count)

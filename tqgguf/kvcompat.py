@@ -30,6 +30,7 @@ NO_TURBO_BACKENDS = ("metal",)
 NO_TURBO_HINT = ("build with -b cuda, -b hip or -b vulkan for turbo caches on the GPU, or run on the CPU with "
                  "-ngl 0")
 
+
 @dataclass
 class Verdict:
     side: str          # "K" or "V"

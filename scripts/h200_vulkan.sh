@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The Vulkan backend's turbo kernels (patch 0040) on the H200 machine's NVIDIA GPU through its Vulkan driver.
+#
+# Needs what `scripts/prepare_h200.py --vulkan` writes (.h200/vulkan.tar.gz: the patched tree with ggml-vulkan, and
+# the headers, loader, glslc and SPIR-V headers that the machine lacks; it has the driver's Vulkan ICD), unpacked to
+# $VK_UNPACK_DIR (default /tmp/tq-vulkan-src), and python3 with numpy for `tqgguf synth`. Run through the device tool with carry [".h200"]:
+#   bash scripts/h200_vulkan.sh build          configure + build test-backend-ops and llama-bench (-DGGML_VULKAN=ON)
+#   bash scripts/h200_vulkan.sh ops            test-backend-ops -b Vulkan0 on every turbo case (SET_ROWS, GET_ROWS,
+#                                              CPY, FLASH_ATTN_EXT) against the CPU backend
+#   bash scripts/h200_vulkan.sh bench          llama-bench -fa 1 -ngl 99 on the Llama-3-8B shape (q4_0 weights):
+#                                              tg128 at VK_DEPTHS (default 0,8192) for VK_CONFIGS (K/V pairs)
+# Steps can be chained: bash scripts/h200_vulkan.sh build ops bench. Results go to $OUT (or ./h200-vulkan-out).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+H=$ROOT/.h200
+UNPACK=${VK_UNPACK_DIR:-/tmp/tq-vulkan-src}
+SRC=$UNPACK/llama.cpp
+SDK=$UNPACK/vulkan-sdk
+BUILD=${VK_BUILD_DIR:-/tmp/tq-vulkan-build}
+OUT=${OUT:-$ROOT/h200-vulkan-out}
+MODELS=${VK_MODELS:-/tmp/tq-vulkan-models}
+mkdir -p "$OUT" "$MODELS"
+log() { echo "[$(date +%H:%M:%S)] $*" | tee -a "$OUT/steps.log"; }
+
+[ -f "$H/vulkan.tar.gz" ] || { echo "run scripts/prepare_h200.py --vulkan first" >&2; exit 2; }
+if ! cmp -s "$H/vulkan.tar.gz" "$UNPACK/vulkan.tar.gz" 2>/dev/null; then
+    rm -rf "$UNPACK" && mkdir -p "$UNPACK" && tar -xzf "$H/vulkan.tar.gz" -C "$UNPACK" && cp "$H/vulkan.tar.gz" "$UNPACK/"
+fi
+export VULKAN_SDK=$SDK PATH=$SDK/bin:$PATH LD_LIBRARY_PATH=$SDK/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+BIN=$BUILD/bin
+
+step_build() {
+    log "build: Vulkan backend, test-backend-ops and llama-bench ($(nproc) jobs)"
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/device.txt" 2>&1
+    cat "$H/commit.txt" > "$OUT/commit.txt"
+    local t0=$SECONDS
+    cmake -S "$SRC" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_VULKAN=ON -DGGML_NATIVE=ON \
+        -DBUILD_SHARED_LIBS=ON -DLLAMA_BUILD_TESTS=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=OFF \
+        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_OPENSSL=OFF -DSPIRV-Headers_DIR="$SDK/share/cmake/SPIRV-Headers" \
+        > "$OUT/build.log" 2>&1 \
+      && cmake --build "$BUILD" -j "$(nproc)" --target test-backend-ops llama-bench >> "$OUT/build.log" 2>&1
+    local rc=$?
+    log "build: rc $rc in $((SECONDS - t0)) s"
+    [ $rc = 0 ] || { tail -30 "$OUT/build.log"; return 1; }
+    "$BIN/test-backend-ops" -b Vulkan0 -o ADD 2>&1 | grep -E "ggml_vulkan|Vulkan0" | head -5 | tee -a "$OUT/steps.log"
+}
+
+step_ops() {
+    log "ops: test-backend-ops -b Vulkan0, every turbo case"
+    local t0=$SECONDS
+    "$BIN/test-backend-ops" -b Vulkan0 -o SET_ROWS,GET_ROWS,CPY,FLASH_ATTN_EXT -p turbo > "$OUT/test-backend-ops.txt" 2>&1
+    log "ops: rc $? in $((SECONDS - t0)) s: $(grep -c ': .*OK' "$OUT/test-backend-ops.txt") OK," \
+        "$(grep -c 'FAIL' "$OUT/test-backend-ops.txt") FAIL, $(grep -c 'not supported' "$OUT/test-backend-ops.txt") not supported"
+    grep -E "tests passed|FAIL" "$OUT/test-backend-ops.txt" | tail -8 | tee -a "$OUT/steps.log"
+}
+
+step_bench() {
+    local model=$MODELS/l3-8b.gguf
+    if [ ! -f "$model" ]; then
+        log "bench: tqgguf synth --preset llama3-8b --weights q4_0"
+        (cd "$ROOT" && python3 -m tqgguf synth -o "$model" --source "$SRC" --fast --preset llama3-8b --weights q4_0) \
+            > "$OUT/synth.log" 2>&1 || { tail -5 "$OUT/synth.log"; return 1; }
+    fi
+    local depths=${VK_DEPTHS:-0,8192}
+    local configs=${VK_CONFIGS:-"f16/f16 q8_0/q8_0 turbo3/turbo3 turbo4/turbo4 turbo2/turbo2 q8_0/turbo4"}
+    for c in $configs; do
+        log "bench: $c, tg128 at d $depths"
+        "$BIN/llama-bench" -m "$model" -ngl 99 -fa 1 -ctk "${c%%/*}" -ctv "${c##*/}" -p 0 -n 128 -d "$depths" -r 2 \
+            -o jsonl >> "$OUT/bench.jsonl" 2>> "$OUT/bench.err" || log "bench: $c failed ($(tail -1 "$OUT/bench.err"))"
+    done
+    python3 - "$OUT/bench.jsonl" <<'EOF' | tee "$OUT/summary.txt"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+f16 = {r["n_depth"]: r["avg_ts"] for r in rows if r["type_k"] == "f16" and r["type_v"] == "f16"}
+print("| K/V | depth | tg128 t/s | x f16 |")
+print("| --- | --- | --- | --- |")
+for r in rows:
+    base = f16.get(r["n_depth"])
+    print(f"| {r['type_k']}/{r['type_v']} | {r['n_depth']} | {r['avg_ts']:.1f} | "
+          f"{r['avg_ts'] / base:.2f} |" if base else f"| {r['type_k']}/{r['type_v']} | {r['n_depth']} | {r['avg_ts']:.1f} | |")
+EOF
+}
+
+[ $# -gt 0 ] || set -- build ops bench
+for s in "$@"; do
+    case $s in
+        build) step_build || exit 1 ;;
+        ops) step_ops ;;
+        bench) step_bench ;;
+        *) echo "unknown step: $s" >&2; exit 2 ;;
+    esac
+done
