@@ -104,8 +104,9 @@ def test_check_gpu_pairs_vulkan_and_metal(tmp_path):
     vulkan = _fake_build(tmp_path, ["cpu", "vulkan"])
     check_gpu_pairs(vulkan, None, [CacheConfig.parse("f16"), CacheConfig.parse("turbo4/turbo3"),
                                    CacheConfig.parse("q4_0/turbo3"), CacheConfig.parse("q8_0/q8_0+bv2:turbo2")])
-    with pytest.raises(TqError, match="config turbo4/bf16: K turbo4 / V bf16 has no Vulkan"):
+    with pytest.raises(TqError, match="config turbo4/bf16: K turbo4 / V bf16 has no Vulkan") as e:
         check_gpu_pairs(vulkan, None, [CacheConfig.parse("turbo4/bf16")])
+    assert e.value.hint == kvcompat.PAIR_HINT
     check_gpu_pairs(vulkan, "0", [CacheConfig.parse("turbo4/bf16")])
 
     metal_dir = tmp_path / "metal"

@@ -29,6 +29,7 @@ GPU_NAMES = {"cuda": "CUDA", "hip": "HIP", "vulkan": "Vulkan", "metal": "Metal"}
 NO_TURBO_BACKENDS = ("metal",)
 NO_TURBO_HINT = ("build with -b cuda, -b hip or -b vulkan for turbo caches on the GPU, or run on the CPU with "
                  "-ngl 0")
+PAIR_HINT = "use q8_0 or f16 as the partner of a turbo type, or -ngl 0 to run on the CPU"
 
 
 @dataclass
@@ -145,6 +146,22 @@ def no_turbo_backend_error(backends: list[str] | None, n_gpu_layers: str | int |
     names = " and ".join(GPU_NAMES[b] for b in gpu)
     return (f"this build's {names} backend has no kernels for {', '.join(turbo)} caches: llama.cpp would stop "
             "when it writes the cache on the GPU")
+
+
+def gpu_config_error(backends: list[str] | None, n_gpu_layers: str | int | None, k: str,
+                     vs) -> tuple[str, str] | None:
+    """(why, hint) when K type `k` with the V types `vs` (a config's V and its boundary layers' V) cannot run as
+    asked on a build with `backends` and `-ngl n_gpu_layers`, else None: turbo types on a GPU without turbo kernels
+    (no_turbo_backend_error), or a pair whose attention would fall back to the CPU (gpu_pair_error)."""
+    err = no_turbo_backend_error(backends, n_gpu_layers, (k, *vs))
+    if err:
+        return err, NO_TURBO_HINT
+    if gpu_offload(backends, n_gpu_layers):
+        for v in dict.fromkeys(vs):
+            err = gpu_pair_error(k, v, backends or [])
+            if err:
+                return err, PAIR_HINT
+    return None
 
 
 def gpu_offload(backends: list[str] | None, n_gpu_layers: str | int | None) -> bool:

@@ -158,18 +158,12 @@ def device(binary: Path | None = None, n_gpu_layers: str | None = None) -> str:
 
 
 def check_gpu_pairs(binary: Path | None, n_gpu_layers, configs) -> None:
-    """Refuse cache configs that a GPU build would run on the CPU (kvcompat.gpu_pair_error) or cannot run at all
-    (turbo types on a Metal device, kvcompat.no_turbo_backend_error), before any run."""
-    from .kvcompat import NO_TURBO_HINT, gpu_offload, gpu_pair_error, no_turbo_backend_error
+    """Refuse cache configs that a GPU build would run on the CPU or cannot run at all (kvcompat.gpu_config_error),
+    before any run."""
+    from .kvcompat import gpu_config_error
 
     backends = (manifest_of(binary) or {}).get("backends", []) if binary else []
-    offload = gpu_offload(backends, n_gpu_layers)
     for c in configs:
-        vs = {c.v, c.boundary_type if c.boundary_n else c.v}
-        err = no_turbo_backend_error(backends, n_gpu_layers, (c.k, *vs))
-        if err:
-            raise TqError(f"config {c.label}: {err}", NO_TURBO_HINT)
-        for v in vs if offload else ():
-            err = gpu_pair_error(c.k, v, backends)
-            if err:
-                raise TqError(f"config {c.label}: {err}", "use q8_0 or f16 as the partner of a turbo type, or -ngl 0")
+        found = gpu_config_error(backends, n_gpu_layers, c.k, (c.v, c.boundary_type if c.boundary_n else c.v))
+        if found:
+            raise TqError(f"config {c.label}: {found[0]}", found[1])

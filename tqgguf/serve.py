@@ -191,15 +191,9 @@ def precheck(req: ServeRequest) -> Plan:
     if err:
         raise TqError(f"this request cannot work with {path.name}: {err}", "see `tqgguf check` for what the model supports")
     bv = req.boundary_type if req.boundary_n > 0 else ev  # the boundary layers' V type
-    nerr = kvcompat.no_turbo_backend_error(req.backends, req.n_gpu_layers, (ek, ev, bv))
-    if nerr:
-        raise TqError(f"this request cannot run on the GPU: {nerr}", kvcompat.NO_TURBO_HINT)
-    if kvcompat.gpu_offload(req.backends, req.n_gpu_layers):
-        for kt, vt in {(ek, ev), (ek, bv)}:
-            gerr = kvcompat.gpu_pair_error(kt, vt, req.backends)
-            if gerr:
-                raise TqError(f"this request cannot run on the GPU: {gerr}",
-                              "use q8_0 or f16 as the partner of a turbo type, or -ngl 0 to run on the CPU")
+    found = kvcompat.gpu_config_error(req.backends, req.n_gpu_layers, ek, (ev, bv))
+    if found:
+        raise TqError(f"this request cannot run on the GPU: {found[0]}", found[1])
     notes = []
     if (ek, ev) != (req.k, req.v):
         msg = f"llama.cpp would use K {ek} / V {ev} instead of the requested K {req.k} / V {req.v} for {path.name}"
