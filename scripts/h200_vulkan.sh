@@ -3,7 +3,8 @@
 #
 # Needs what `scripts/prepare_h200.py --vulkan` writes (.h200/vulkan.tar.gz: the patched tree with ggml-vulkan, and
 # the headers, loader, glslc and SPIR-V headers that the machine lacks; it has the driver's Vulkan ICD), unpacked to
-# $VK_UNPACK_DIR (default /tmp/tq-vulkan-src), and python3 with numpy for `tqgguf synth`. Run through the device tool with carry [".h200"]:
+# $VK_UNPACK_DIR (default /tmp/tq-vulkan-src), and python3 with numpy for `tqgguf synth`.
+# Run through the device tool with carry [".h200"]:
 #   bash scripts/h200_vulkan.sh build          configure + build test-backend-ops and llama-bench (-DGGML_VULKAN=ON)
 #   bash scripts/h200_vulkan.sh ops            test-backend-ops -b Vulkan0 on every turbo case (SET_ROWS, GET_ROWS,
 #                                              CPY, FLASH_ATTN_EXT) against the CPU backend
