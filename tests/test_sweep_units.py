@@ -406,6 +406,8 @@ def fake_bin(tmp_path) -> dict:
     (["ppl", "-m", __file__, "-f", __file__], "is not a GGUF file"),
     (["ppl", "-m", __file__, "-f", __file__, "--configs", "q8_0,turbo9"], "unknown K cache type 'turbo9'"),
     (["ppl", "-m", __file__, "-f", __file__, "--chunks", "0"], "--chunks must be >= 1"),
+    # llama-perplexity prints no KL-divergence summary below 100 scored tokens (half of each chunk)
+    (["ppl", "-m", __file__, "-f", __file__, "-c", "128", "--chunks", "1"], "1 chunk(s) of 128 tokens score 63 tokens"),
     (["ppl", "-m", __file__, "-f", __file__, "stray"], "unexpected argument 'stray'"),
     (["bench", "-m", "/nonexistent/model.gguf"], "model file not found"),
     (["bench", "-m", __file__, "--depth", "0,x"], "--depth must be comma-separated integers"),

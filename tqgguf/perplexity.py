@@ -127,10 +127,29 @@ def parse_output(config: str, text: str) -> PplResult:
     return res
 
 
+# llama-perplexity's --kl-divergence scores the second half of each chunk (n_ctx - 1 - n_ctx/2 tokens) and prints
+# its summary (the PPL, KLD and same-top lines tqgguf reads) only over at least 100 scored tokens
+KLD_MIN_TOKENS = 100
+
+
+def check_kld_size(ctx: int, chunks: int | None) -> None:
+    """A KL-divergence run that llama-perplexity would finish without a summary, as a one-line error before any run."""
+    if chunks is None:
+        return  # the whole text
+    per_chunk = ctx - 1 - ctx // 2
+    scored = chunks * max(per_chunk, 0)
+    if scored < KLD_MIN_TOKENS:
+        hint = f"use --chunks {-(-KLD_MIN_TOKENS // per_chunk)} or more at -c {ctx}" if per_chunk > 0 else "use a larger -c"
+        raise TqError(f"{chunks} chunk(s) of {ctx} tokens score {scored} tokens; llama-perplexity prints the KL "
+                      f"divergence only over at least {KLD_MIN_TOKENS}", hint)
+
+
 def run_perplexity(binary: Path, model: Path, text: Path, config: CacheConfig, ctx: int = 512,
                    chunks: int | None = None, threads: int | None = None, kld_base: Path | None = None,
                    save_base: Path | None = None, extra: list[str] | None = None, timeout: float | None = None) -> PplResult:
     """One llama-perplexity run. `save_base` writes the logits (f16 base run); `kld_base` compares with them."""
+    if kld_base or save_base:
+        check_kld_size(ctx, chunks)
     # -lv 4: the KV-cache size line that llama.cpp logs is only printed at this verbosity
     cmd = [str(binary), "-m", str(model), "-c", str(ctx), "-fa", "on", "-lv", "4", *config.args()]
     if kld_base:

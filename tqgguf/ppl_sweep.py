@@ -23,7 +23,7 @@ from typing import Callable
 from . import __version__
 from .errors import EXIT_WARN, TqError
 from .paths import cache_dir
-from .perplexity import CacheConfig, PplResult, parse_output
+from .perplexity import CacheConfig, PplResult, check_kld_size, parse_output
 from .runinfo import build_hash, build_summary, check_gpu_pairs, device, file_sha256
 from .sweep_store import Store, record_key
 from .tables import differ, fmt_g, fmt_pm, markdown, write_outputs
@@ -198,6 +198,7 @@ def check_spec(spec: PplSpec) -> None:
         raise TqError(f"--chunks must be >= 1, got {spec.chunks}")
     if spec.ctx < 16:
         raise TqError(f"-c must be >= 16, got {spec.ctx}")
+    check_kld_size(spec.ctx, spec.chunks)
     with open(spec.model, "rb") as f:
         if f.read(4) != b"GGUF":
             raise TqError(f"{spec.model} is not a GGUF file", "check it with `tqgguf check`")
