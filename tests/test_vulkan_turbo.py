@@ -6,10 +6,12 @@ and CPY, and flash attention's turbo decoding). ggml lists lavapipe only when GG
 
 The module needs what a Vulkan build needs (Vulkan headers and loader, glslc, SPIR-V headers) and lavapipe's ICD;
 `.ci/run` installs them on Debian. Elsewhere it is skipped, with the missing pieces named.
-The Vulkan build takes about 7 minutes on 2 cores, and lavapipe compiles each flash-attention pipeline with LLVM
-(several seconds per K/V pair and head size), so the flash-attention cases here are a subset: every K/V pair with a
-turbo side at head size 128, GQA 4 and one query; head sizes 64 and 256 for the symmetric turbo caches.
-bench/results/vulkan-lavapipe-turbo-kernels/ has the wider runs.
+The Vulkan build takes about 7 minutes on 2 cores, and lavapipe compiles each flash-attention pipeline with LLVM,
+20-70 s per K/V pair and head size on 2 cores (about 70 s on an Intel Xeon CI-sized machine, where all 21 pairs at
+head size 128 did not finish in 25 minutes), so the flash-attention cases here are a subset: each turbo type as K
+and V together, q8_0 K with a turbo V and a turbo K with an f16 V, at head size 128, GQA 4 and one query; head size
+64 for turbo3. bench/results/vulkan-lavapipe-turbo-kernels/ has the wider runs (all 21 pairs, head sizes 64 and 256
+for every turbo type, 72 cases).
 """
 
 from __future__ import annotations
@@ -81,12 +83,12 @@ def test_cache_ops(backend_ops, op, count, unclaimed):
 
 
 @pytest.mark.parametrize("params,count", [
-    # 21 K/V pairs: every turbo pair, and each turbo type with f16 and q8_0 in both orders
-    pytest.param(r"hsk=128,hsv=128,nh=2,nr23=\[4,1\],kv=512,nb=1,.*turbo", 21, id="pairs-hs128"),
-    # turbo2/turbo2, turbo3/turbo3 and turbo4/turbo4 at head sizes 64 and 256, 8 queries
-    pytest.param(r"hsk=(64|256),hsv=(64|256),nh=2,nr23=\[1,1\],kv=512,nb=8,.*type_K=(turbo\d),type_V=\3,", 6,
-                 id="symmetric-hs64-256"),
+    # 5 K/V pairs: turbo2/turbo2, turbo3/turbo3, turbo4/turbo4, q8_0/turbo3 and turbo4/f16
+    pytest.param(r"hsk=128,hsv=128,nh=2,nr23=\[4,1\],kv=512,nb=1,.*type_K=(turbo2,type_V=turbo2|turbo3,type_V=turbo3|"
+                 r"turbo4,type_V=turbo4|q8_0,type_V=turbo3|turbo4,type_V=f16),", 5, id="pairs-hs128"),
+    # turbo3/turbo3 at head size 64, 8 queries (head size 256 took lavapipe 6 minutes there: in the results folder)
+    pytest.param(r"hsk=64,hsv=64,nh=2,nr23=\[1,1\],kv=512,nb=8,.*type_K=turbo3,type_V=turbo3,", 1, id="turbo3-hs64"),
 ])
 def test_flash_attn(backend_ops, params, count):
-    passed, run, _ = run_ops(backend_ops, "FLASH_ATTN_EXT", params, timeout=1500)
+    passed, run, _ = run_ops(backend_ops, "FLASH_ATTN_EXT", params, timeout=1200)
     assert (passed, run) == (count, count)
