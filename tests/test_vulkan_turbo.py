@@ -86,7 +86,7 @@ def test_cache_ops(backend_ops, op, count, unclaimed):
     # 5 K/V pairs: turbo2/turbo2, turbo3/turbo3, turbo4/turbo4, q8_0/turbo3 and turbo4/f16
     pytest.param(r"hsk=128,hsv=128,nh=2,nr23=\[4,1\],kv=512,nb=1,.*type_K=(turbo2,type_V=turbo2|turbo3,type_V=turbo3|"
                  r"turbo4,type_V=turbo4|q8_0,type_V=turbo3|turbo4,type_V=f16),", 5, id="pairs-hs128"),
-    # turbo3/turbo3 at head size 64, 8 queries (head size 256 took lavapipe 6 minutes there: in the results folder)
+    # turbo3/turbo3 at head size 64, 8 queries (head size 256 took lavapipe 6 minutes on that machine: in the results)
     pytest.param(r"hsk=64,hsv=64,nh=2,nr23=\[1,1\],kv=512,nb=8,.*type_K=turbo3,type_V=turbo3,", 1, id="turbo3-hs64"),
 ])
 def test_flash_attn(backend_ops, params, count):
