@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Round 21, call 1: does the cache's layout limit the turbo decode kernel? test-backend-ops perf on the Llama-3-8B
+# attention shape (tbo-perf-layout.diff) with llama.cpp's layout (a token's 8 KV heads adjacent) and with each head's
+# rows contiguous; then ncu kernel times (L2 flushed before each launch) at depth 32768.
+# Run from the repository root with OUT set; needs .h200 (scripts/prepare_h200.py).
+set -uo pipefail
+ROOT=$(pwd)
+. bench/experiments/patch-tree.sh
+apply_diff bench/experiments/tbo-perf-layout.diff || { cat "$OUT/patch.log"; exit 1; }
+TQ_BUILD_TARGETS=test-backend-ops bash scripts/h200_run.sh build || exit 1
+BIN=${TQ_BUILD:-$ROOT/h200-out/build}/bin
+cat "$OUT/device.txt"
+for kv in 262144 32768; do
+    echo "== perf kv=$kv"
+    TQ_PERF_KV=$kv timeout 200 "$BIN/test-backend-ops" perf -b CUDA0 -o FLASH_ATTN_EXT \
+        -p "nh=8,nr23=\[4,1\],kv=$kv,nb=1," 2>&1 | grep -E "FLASH_ATTN_EXT|runs" | sed 's/\x1b\[[0-9;]*m//g'
+done
+if command -v ncu > /dev/null; then
+    for t in f16 turbo2 turbo3; do
+        for p in "0,2,1,3" "0,1,2,3"; do
+            echo "== ncu kv=32768 type=$t permute=[$p]"
+            TQ_PERF_KV=32768 timeout 60 ncu --clock-control none --cache-control all --metrics gpu__time_duration.sum \
+                --launch-skip 20 --launch-count 20 -k "regex:flash_attn" \
+                "$BIN/test-backend-ops" perf -b CUDA0 -o FLASH_ATTN_EXT \
+                -p "nh=8,nr23=\[4,1\],kv=32768,nb=1,.*type_K=$t,.*permute=\[$p\]" 2>&1 \
+                | awk '/^  [a-z_]/ {k=$1; sub(/[<(].*/, "", k); g=$0; sub(/.*\) \(/, "(", g); sub(/, Context.*/, "", g)}
+                       /gpu__time_duration/ {print k, g, $(NF-1), $NF}' \
+                | awk '{u=$(NF-1); v=$NF; if (u ~ /^n/) v/=1000; else if (u ~ /^m/) v*=1000; $NF=""; $(NF-1)="";
+                        n[$0]++; s[$0]+=v} END {for (k in n) printf "%s: %d launches, mean %.2f us\n", k, n[k], s[k]/n[k]}'
+        done
+    done
+fi
