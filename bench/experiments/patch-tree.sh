@@ -23,5 +23,5 @@ apply_diff() {
     local diff=$1
     [[ $diff = /* ]] || diff=$ROOT/$diff
     sed -n 's|^+++ b/||p' "$diff" | cut -f1 >> "$PATCHED_LIST"
-    (cd "$ROOT/.h200/llama.cpp" && patch -p1 ${2:-} < "$diff") >> "$OUT/patch.log" 2>&1
+    (cd "$ROOT/.h200/llama.cpp" && patch -p1 --no-backup-if-mismatch ${2:-} < "$diff") >> "$OUT/patch.log" 2>&1
 }
