@@ -7,7 +7,9 @@ in an encyclopedia. It is not WikiText, so numbers measured on it are not compar
 
 from __future__ import annotations
 
+import os
 import random
+import tempfile
 from pathlib import Path
 
 SHARED_WIKITEXT = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "wikitext-2-raw-test.txt"
@@ -62,10 +64,20 @@ def generated_text(n_paragraphs: int = 600, seed: int = 0) -> str:
 
 
 def eval_text(tmp_dir: Path) -> Path:
-    """WikiText-2 (test split) from ../shared/data when present, else a generated text written to tmp_dir."""
+    """WikiText-2 (test split) from ../shared/data when present, else a generated text written to tmp_dir (created
+    if missing: a fresh cache folder). The text is written to a temporary file first and renamed, so that another
+    process never reads half of it."""
     if SHARED_WIKITEXT.is_file():
         return SHARED_WIKITEXT
     path = Path(tmp_dir) / "tqgguf-generated-text.txt"
     if not path.is_file():
-        path.write_text(generated_text())
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tqgguf-text-")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(generated_text())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
     return path
