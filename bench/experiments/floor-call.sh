@@ -17,16 +17,14 @@ run() { # name: build what the applied diffs changed, then bench
     TQ_BUILD_TARGETS=llama-bench bash scripts/h200_run.sh build bench 2 32768 f16,turbo2 > "$OUT/run.txt" 2>&1
     echo "== $1"; grep -E "build done|turbo2 \| tg128 \| 32768|f16 \| tg128 \| 32768" "$OUT/run.txt" "$OUT/summary.txt" 2>/dev/null | head -6
 }
-variant() { # name diff...: the series plus these diffs, then the tree restored
-    local name=$1 d; shift
-    export OUT=$BASE/$name; mkdir -p "$OUT"
+variant() { # name diffs: the series plus these diffs (joined with +), then the tree restored
+    export OUT=$BASE/$1; mkdir -p "$OUT"
     refresh_patched_files
-    for d in "$@"; do apply_diff "$d" || { cat "$OUT/patch.log"; return 1; }; done
-    run "$name"
-    for ((i = $#; i >= 1; i--)); do apply_diff "${!i}" -R; done
+    apply_variant "$2" && run "$1"
+    revert_variant
 }
 run series
-variant nokpv-2buf $E/cuda-turbo-probe-loop.diff $E/cuda-turbo-probe-loop-k-pv.diff
-variant nokpv-3buf $E/cuda-turbo-stages.diff $E/cuda-turbo-probe-loop-on-stages.diff $E/cuda-turbo-probe-loop-k-pv.diff
-variant nocopies-2buf $E/cuda-turbo-probe-loop.diff $E/cuda-turbo-probe-loop-copies.diff
+variant nokpv-2buf $E/cuda-turbo-probe-loop.diff+$E/cuda-turbo-probe-loop-k-pv.diff
+variant nokpv-3buf $E/cuda-turbo-stages.diff+$E/cuda-turbo-probe-loop-on-stages.diff+$E/cuda-turbo-probe-loop-k-pv.diff
+variant nocopies-2buf $E/cuda-turbo-probe-loop.diff+$E/cuda-turbo-probe-loop-copies.diff
 refresh_patched_files

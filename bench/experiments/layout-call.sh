@@ -44,17 +44,10 @@ measure() {
 
 [ $# -gt 0 ] || set -- series
 for what in "$@"; do
-    diffs=()
-    [ "$what" = series ] || read -r -a diffs <<< "${what//+/ }"
-    applied=()
-    for d in "${diffs[@]}"; do
-        apply_diff "$d" || { cat "$OUT/patch.log"; break; }
-        applied+=("$d")
-    done
-    if [ ${#applied[@]} -eq ${#diffs[@]} ]; then
+    if apply_variant "$what"; then
         echo "==== variant $what"
         TQ_BUILD_TARGETS=test-backend-ops bash scripts/h200_run.sh build && measure
     fi
-    for ((i = ${#applied[@]} - 1; i >= 0; i--)); do apply_diff "${applied[i]}" -R; done
+    revert_variant
 done
 cat "$OUT/device.txt"

@@ -25,3 +25,24 @@ apply_diff() {
     sed -n 's|^+++ b/||p' "$diff" | cut -f1 >> "$PATCHED_LIST"
     (cd "$ROOT/.h200/llama.cpp" && patch -p1 --no-backup-if-mismatch ${2:-} < "$diff") >> "$OUT/patch.log" 2>&1
 }
+
+# apply_variant WHAT: a variant as run-variant.sh takes it, `series` or diffs joined with `+`, applied in that order;
+# VARIANT_APPLIED lists the diffs that applied. On a failed diff it prints patch.log and returns 1 (what applied
+# stays applied); revert_variant then undoes VARIANT_APPLIED in reverse order either way.
+apply_variant() {
+    VARIANT_APPLIED=()
+    local diffs=() d
+    [ "$1" = series ] || read -r -a diffs <<< "${1//+/ }"
+    for d in "${diffs[@]}"; do
+        apply_diff "$d" || { cat "$OUT/patch.log"; return 1; }
+        VARIANT_APPLIED+=("$d")
+    done
+}
+revert_variant() {
+    local i rc=0
+    for ((i = ${#VARIANT_APPLIED[@]} - 1; i >= 0; i--)); do
+        apply_diff "${VARIANT_APPLIED[i]}" -R || rc=1
+    done
+    VARIANT_APPLIED=()
+    return $rc
+}

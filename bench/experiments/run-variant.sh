@@ -38,15 +38,7 @@ for what in "$@"; do
     export OUT=$BASE_OUT/$name
     mkdir -p "$OUT"
     refresh_patched_files
-    applied=()
-    for d in "${diffs[@]}"; do
-        if apply_diff "$d"; then
-            applied+=("$d")
-        else
-            cat "$OUT/patch.log"; rc=1; break
-        fi
-    done
-    if [ ${#applied[@]} -eq ${#diffs[@]} ]; then
+    if apply_variant "$what"; then
         echo "== $name"
         bash "$ROOT/scripts/h200_run.sh" "${steps[@]}" || rc=1
         [ -s "$OUT/summary.txt" ] && cat "$OUT/summary.txt" # (h200_run.sh bench's ratios to f16)
@@ -56,10 +48,9 @@ for what in "$@"; do
             env OUT="$sub" "$setting" bash "$ROOT/scripts/h200_run.sh" bench "${bench_args[@]}" kernels || rc=1
             [ -s "$sub/summary.txt" ] && cat "$sub/summary.txt"
         done
+    else
+        rc=1
     fi
-    # restore the series for the next variant (in reverse order)
-    for ((i = ${#applied[@]} - 1; i >= 0; i--)); do
-        apply_diff "${applied[i]}" -R || rc=1
-    done
+    revert_variant || rc=1 # the series again for the next variant
 done
 exit $rc
