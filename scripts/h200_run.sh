@@ -272,27 +272,7 @@ step_sass() { # per-instruction counters of one turbo decode FlashAttention laun
     gzip -9 -f "$OUT/sass-$t-d32768.csv"
 }
 
-# per-kernel launches and GPU time from an ncu log of `--metrics gpu__time_duration.sum` (file $2): the mean per
-# launch (mode "mean"), or per token (mode "per-token": one FlashAttention launch per layer, 32 layers)
-ncu_times() {
-    grep -E "^  [a-zA-Z_].*\(|gpu__time_duration" "$2" | paste - - | python3 -c '
-import collections, re, sys
-n = collections.Counter(); t = collections.Counter()
-for line in sys.stdin:
-    name = re.sub(r"^(void )?", "", line.strip()).split("(")[0]
-    unit, val = line.split()[-2:]
-    n[name] += 1; t[name] += float(val.replace(",", "")) * {"ns": 1e-3, "us": 1.0, "ms": 1e3}[unit]
-if sys.argv[1] == "mean":
-    for k in sorted(n):
-        print(f"{k}: {n[k]} launches, mean {t[k] / n[k]:.2f} us")
-    sys.exit()
-tokens = sum(v for k, v in n.items() if k.startswith("flash_attn_ext")) / 32
-print(f"tokens: {tokens:.2f} (attention launches / 32 layers)")
-print(f"per token: {sum(n.values()) / tokens:.0f} launches, {sum(t.values()) / tokens:.0f} us of kernel time")
-for k, v in sorted(t.items(), key=lambda kv: -kv[1]):
-    print(f"{v / tokens:9.1f} us {n[k] / tokens:6.1f} x  {k}")
-' "$1"
-}
+. "$ROOT/scripts/ncu_times.sh" # ncu_times MODE FILE: per-kernel launches and GPU time of an ncu log
 
 step_kernels() { # per-launch time of the decode attention kernels at depth 32768 (FlashAttention + combine)
     synth l3-8b --preset llama3-8b --weights q4_0

@@ -14,6 +14,7 @@ set -uo pipefail
 ROOT=$(pwd)
 E=bench/experiments
 . $E/patch-tree.sh
+. scripts/ncu_times.sh
 refresh_patched_files
 apply_diff $E/tbo-perf-layout.diff || { cat "$OUT/patch.log"; exit 1; }
 BIN=${TQ_BUILD:-$ROOT/h200-out/build}/bin
@@ -33,11 +34,8 @@ measure() {
             TQ_PERF_KV=32768 timeout 60 ncu --clock-control none --cache-control all --metrics gpu__time_duration.sum \
                 --launch-skip 20 --launch-count 20 -k "regex:flash_attn" \
                 "$BIN/test-backend-ops" perf -b CUDA0 -o FLASH_ATTN_EXT \
-                -p "nh=8,nr23=\[4,1\],kv=32768,nb=1,.*type_K=$t,.*permute=\[$p\]" 2>&1 \
-                | awk '/^  [a-z_]/ {k=$1; sub(/[<(].*/, "", k); g=$0; sub(/.*\) \(/, "(", g); sub(/, Context.*/, "", g)}
-                       /gpu__time_duration/ {print k, g, $(NF-1), $NF}' \
-                | awk '{u=$(NF-1); v=$NF; if (u ~ /^n/) v/=1000; else if (u ~ /^m/) v*=1000; $NF=""; $(NF-1)="";
-                        n[$0]++; s[$0]+=v} END {for (k in n) printf "%s: %d launches, mean %.2f us\n", k, n[k], s[k]/n[k]}'
+                -p "nh=8,nr23=\[4,1\],kv=32768,nb=1,.*type_K=$t,.*permute=\[$p\]" > "$OUT/ncu-layout.txt" 2>&1
+            ncu_times mean "$OUT/ncu-layout.txt"
         done
     done
 }
