@@ -2,7 +2,9 @@
 # ncu_times MODE FILE: per-kernel launches and GPU time from an ncu log of `--metrics gpu__time_duration.sum`: the
 # mean per launch (MODE "mean"), or per token (MODE "per-token": one FlashAttention launch per layer, 32 layers)
 ncu_times() {
-    grep -E "^  [a-zA-Z_].*\(|gpu__time_duration" "$2" | paste - - | python3 -c '
+    # (kernel lines: ncu's "  name(args) (grid)x(block), Context N, Stream M, ..."; a program's own lines that
+    # start the same way, such as test-backend-ops' "  FLASH_ATTN_EXT(...)", have no Context)
+    grep -E "^  [a-zA-Z_].*\), Context [0-9]+, Stream|gpu__time_duration" "$2" | paste - - | python3 -c '
 import collections, re, sys
 n = collections.Counter(); t = collections.Counter()
 for line in sys.stdin:
