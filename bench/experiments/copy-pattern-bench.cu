@@ -45,6 +45,20 @@ __device__ __forceinline__ uint32_t smem_addr(const void * p) {
 __device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N> __device__ __forceinline__ void wait_group() { asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory"); }
 
+// the consumer: as the decode kernel, lane (r, t) reads rows r and 8 + r of a step's staged K and V (pitch bytes
+// apart), a word of each of the row's two blocks
+__device__ __forceinline__ uint32_t read_rows(const char * k, const char * v, int pitch, int r, int t) {
+    uint32_t acc = 0;
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+        acc ^= *(const uint32_t *) (k + (8*hh + r)*pitch + 4*t);
+        acc ^= *(const uint32_t *) (k + (8*hh + r)*pitch + 20 + 4*t);
+        acc ^= *(const uint32_t *) (v + (8*hh + r)*pitch + 4*t);
+        acc ^= *(const uint32_t *) (v + (8*hh + r)*pitch + 20 + 4*t);
+    }
+    return acc;
+}
+
 // the series' per-warp staging: rows k0 .. k0 + 15 of one head (nb bytes apart) to the warp's buffer
 __device__ __forceinline__ void copy_rows_4(uint32_t dst, const char * src, int64_t nb, int lane) {
     const int lw = lane % 16;
@@ -89,14 +103,8 @@ __global__ void __launch_bounds__(NWARPS*32, 2) per_head(const char * K, const c
         commit();
         wait_group<1>();
         __syncwarp();
-        // as the decode kernel: lane (r, t) reads rows r and 8 + r, a word of each
-        const int r = lane / 4, t = lane % 4;
-#pragma unroll
-        for (int hh = 0; hh < (READ ? 2 : 0); ++hh) {
-            acc ^= *(const uint32_t *) (st[warp][buf][0] + (8*hh + r)*PITCH + 4*t);
-            acc ^= *(const uint32_t *) (st[warp][buf][0] + (8*hh + r)*PITCH + 20 + 4*t);
-            acc ^= *(const uint32_t *) (st[warp][buf][1] + (8*hh + r)*PITCH + 4*t);
-            acc ^= *(const uint32_t *) (st[warp][buf][1] + (8*hh + r)*PITCH + 20 + 4*t);
+        if (READ) {
+            acc ^= read_rows(st[warp][buf][0], st[warp][buf][1], PITCH, lane / 4, lane % 4);
         }
         __syncwarp();
         buf ^= 1;
@@ -138,15 +146,7 @@ __global__ void __launch_bounds__(NWARPS*32, 2) all_heads(const char * K, const 
         __syncthreads(); // every thread's pieces of this step are in; the stage refilled next was consumed
         issue(step + STAGES - 1);
         const int s = step % STAGES;
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-            const char * rk = st[s][0] + (8*hh + r)*TOKEN + warp*ROW;
-            const char * rv = st[s][1] + (8*hh + r)*TOKEN + warp*ROW;
-            acc ^= *(const uint32_t *) (rk + 4*t);
-            acc ^= *(const uint32_t *) (rk + 20 + 4*t);
-            acc ^= *(const uint32_t *) (rv + 4*t);
-            acc ^= *(const uint32_t *) (rv + 20 + 4*t);
-        }
+        acc ^= read_rows(st[s][0] + warp*ROW, st[s][1] + warp*ROW, TOKEN, r, t);
     }
     if (acc == 0x12345678u) { sink[1] = acc; }
 }
@@ -198,15 +198,7 @@ __global__ void __launch_bounds__(NWARPS*32, 2) all_heads_bulk(const char * K, c
             asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
                 : "=r"(done) : "r"(smem_addr(&bar[s])), "r"(phase) : "memory");
         }
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-            const char * rk = st[s][0] + (8*hh + r)*TOKEN + warp*ROW;
-            const char * rv = st[s][1] + (8*hh + r)*TOKEN + warp*ROW;
-            acc ^= *(const uint32_t *) (rk + 4*t);
-            acc ^= *(const uint32_t *) (rk + 20 + 4*t);
-            acc ^= *(const uint32_t *) (rv + 4*t);
-            acc ^= *(const uint32_t *) (rv + 20 + 4*t);
-        }
+        acc ^= read_rows(st[s][0] + warp*ROW, st[s][1] + warp*ROW, TOKEN, r, t);
         __syncthreads(); // stage s consumed by every warp
         issue(step + STAGES);
     }
