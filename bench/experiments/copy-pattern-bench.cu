@@ -21,15 +21,9 @@
 //   nvcc -O3 -arch=sm_90a -std=c++17 -o copy-pattern-bench bench/experiments/copy-pattern-bench.cu && ./copy-pattern-bench
 // Output: one line per kernel and depth: microseconds per launch (mean of 20) and TB/s of K+V bytes, cold and warm.
 
-#include <cuda_runtime.h>
+#include "bench-timing.cuh"
 
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <vector>
-
-#define CHECK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { \
-    fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); exit(1); } } while (0)
 
 constexpr int NH       = 8;        // KV heads
 constexpr int ROW      = 36;       // bytes per row (turbo2, head size 128: two 18-byte blocks)
@@ -218,12 +212,6 @@ __global__ void stream(const int4 * K, const int4 * V, int64_t n16, uint32_t * s
     if (acc == 0x12345678u) { sink[3] = acc; }
 }
 
-__global__ void flush(int4 * p, int64_t n16, int v) {
-    for (int64_t i = blockIdx.x*int64_t(blockDim.x) + threadIdx.x; i < n16; i += int64_t(gridDim.x)*blockDim.x) {
-        p[i] = make_int4(v, v, v, v);
-    }
-}
-
 int main() {
     int nsm = 0;
     CHECK(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, 0));
@@ -234,15 +222,9 @@ int main() {
     const size_t bytes = size_t(Tmax)*TOKEN;
     char *K, *V;
     uint32_t * sink;
-    int4 * scratch;
-    int4 * scratch2;
-    const size_t scratch_bytes = size_t(256) << 20;
     CHECK(cudaMalloc(&K, bytes));
     CHECK(cudaMalloc(&V, bytes));
     CHECK(cudaMalloc(&sink, 64));
-    CHECK(cudaMalloc(&scratch, scratch_bytes));
-    CHECK(cudaMalloc(&scratch2, scratch_bytes));
-    CHECK(cudaMemset(scratch2, 0, scratch_bytes));
     {
         std::vector<uint8_t> h(bytes);
         uint32_t x = 12345;
@@ -250,38 +232,10 @@ int main() {
         CHECK(cudaMemcpy(K, h.data(), bytes, cudaMemcpyHostToDevice));
         CHECK(cudaMemcpy(V, h.data(), bytes, cudaMemcpyHostToDevice));
     }
-    cudaEvent_t e0, e1;
-    CHECK(cudaEventCreate(&e0));
-    CHECK(cudaEventCreate(&e1));
-
-    // cold: before each timed launch, write 256 MiB and then read 256 MiB of other memory, so that the L2 holds
-    // none of K and V and no dirty lines whose write-back would share the kernel's time; warm: 20 launches back to
-    // back in one timing, as test-backend-ops perf runs them (at T = 32768 K and V fit in the L2)
+    // cold (alone, after other memory filled the L2) and warm (back to back): bench-timing.cuh
+    bench_timing::cold_warm timer;
     auto time = [&](const char * name, int T, auto launch) {
-        const int reps = 20;
-        float cold = 0.0f;
-        for (int i = 0; i < reps + 2; ++i) {
-            flush<<<4*nsm, 512>>>(scratch, scratch_bytes/16, i);
-            stream<<<4*nsm, 512>>>(scratch2, scratch2, scratch_bytes/16, sink);
-            CHECK(cudaEventRecord(e0));
-            launch();
-            CHECK(cudaEventRecord(e1));
-            CHECK(cudaEventSynchronize(e1));
-            float ms = 0.0f;
-            CHECK(cudaEventElapsedTime(&ms, e0, e1));
-            if (i >= 2) { cold += ms; }
-        }
-        launch();
-        CHECK(cudaEventRecord(e0));
-        for (int i = 0; i < reps; ++i) {
-            launch();
-        }
-        CHECK(cudaEventRecord(e1));
-        CHECK(cudaEventSynchronize(e1));
-        float warm = 0.0f;
-        CHECK(cudaEventElapsedTime(&warm, e0, e1));
-        CHECK(cudaGetLastError());
-        const double us_cold = 1e3*cold/reps, us_warm = 1e3*warm/reps;
+        const auto [us_cold, us_warm] = timer.time(launch);
         const double gb = 2.0*T*TOKEN/1e3; // K+V bytes / 1000, so that gb/us/1000 is TB/s
         printf("%-22s T=%6d  cold %8.2f us %5.2f TB/s   warm %8.2f us %5.2f TB/s\n", name, T,
             us_cold, gb/us_cold/1e3, us_warm, gb/us_warm/1e3);

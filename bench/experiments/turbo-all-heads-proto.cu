@@ -21,15 +21,11 @@
 // tokens, cold (after other memory filled the L2) and warm (back to back).
 
 #include "fattn-turbo-mma.cuh"
+#include "bench-timing.cuh"
 
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <random>
 #include <vector>
-
-#define CHECK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { \
-    fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); exit(1); } } while (0)
 
 namespace proto {
 
@@ -338,21 +334,6 @@ __global__ void levels(float * out) {
     }
 }
 
-__global__ void flush(int4 * p, int64_t n16, int v) {
-    for (int64_t i = blockIdx.x*int64_t(blockDim.x) + threadIdx.x; i < n16; i += int64_t(gridDim.x)*blockDim.x) {
-        p[i] = make_int4(v, v, v, v);
-    }
-}
-
-__global__ void read_all(const int4 * p, int64_t n16, int * sink) {
-    int acc = 0;
-    for (int64_t i = blockIdx.x*int64_t(blockDim.x) + threadIdx.x; i < n16; i += int64_t(gridDim.x)*blockDim.x) {
-        const int4 a = __ldcs(p + i);
-        acc ^= a.x ^ a.y ^ a.z ^ a.w;
-    }
-    if (acc == 0x12345678) { sink[0] = acc; }
-}
-
 // the head-dim position of byte n of register hr of k-step kk for lane t (fattn_tmma_i8_pos, on the host)
 static int i8_pos(int t, int kk, int hr, int n) {
     return 4*t + 2*hr + n/2 + 32*(n%2) + 16*kk;
@@ -422,9 +403,6 @@ int main() {
     float * O_part;
     float2 * ml_part;
     float * dlev;
-    int4 *scratch, *scratch2;
-    int * sink;
-    const size_t scratch_bytes = size_t(256) << 20;
     const int max_parts = 2*nsm*NWARPS;
     CHECK(cudaMalloc(&K, bytes));
     CHECK(cudaMalloc(&V, bytes));
@@ -434,10 +412,6 @@ int main() {
     CHECK(cudaMalloc(&O_part, size_t(max_parts)*NQ*D*sizeof(float)));
     CHECK(cudaMalloc(&ml_part, size_t(max_parts)*NQ*sizeof(float2)));
     CHECK(cudaMalloc(&dlev, 4*sizeof(float)));
-    CHECK(cudaMalloc(&scratch, scratch_bytes));
-    CHECK(cudaMalloc(&scratch2, scratch_bytes));
-    CHECK(cudaMalloc(&sink, 16));
-    CHECK(cudaMemset(scratch2, 0, scratch_bytes));
     CHECK(cudaMemcpy(K, hK.data(), bytes, cudaMemcpyHostToDevice));
     CHECK(cudaMemcpy(V, hV.data(), bytes, cudaMemcpyHostToDevice));
     CHECK(cudaMemcpy(mask, hmask.data(), Tmax*sizeof(half), cudaMemcpyHostToDevice));
@@ -533,33 +507,10 @@ int main() {
             rel < 0.1 ? "ok" : "WRONG");
     }
 
-    cudaEvent_t e0, e1;
-    CHECK(cudaEventCreate(&e0));
-    CHECK(cudaEventCreate(&e1));
+    bench_timing::cold_warm timer; // cold (after other memory filled the L2) and warm (back to back)
     for (int T : {262144, 32768}) {
         for (const config c : {config{"per-head", false}, config{"all-heads", true}}) {
-            const int reps = 20;
-            float cold = 0.0f;
-            for (int i = 0; i < reps + 2; ++i) {
-                flush<<<4*nsm, 512>>>(scratch, scratch_bytes/16, i);
-                read_all<<<4*nsm, 512>>>(scratch2, scratch_bytes/16, sink);
-                CHECK(cudaEventRecord(e0));
-                launch(c.all, T);
-                CHECK(cudaEventRecord(e1));
-                CHECK(cudaEventSynchronize(e1));
-                float ms = 0.0f;
-                CHECK(cudaEventElapsedTime(&ms, e0, e1));
-                if (i >= 2) { cold += ms; }
-            }
-            launch(c.all, T);
-            CHECK(cudaEventRecord(e0));
-            for (int i = 0; i < reps; ++i) { launch(c.all, T); }
-            CHECK(cudaEventRecord(e1));
-            CHECK(cudaEventSynchronize(e1));
-            float warm = 0.0f;
-            CHECK(cudaEventElapsedTime(&warm, e0, e1));
-            CHECK(cudaGetLastError());
-            const double us_cold = 1e3*cold/reps, us_warm = 1e3*warm/reps;
+            const auto [us_cold, us_warm] = timer.time([&] { launch(c.all, T); });
             const double tb = 2.0*T*TOKEN/1e12;
             printf("%-10s T=%6d  cold %8.2f us %5.2f TB/s   warm %8.2f us %5.2f TB/s\n", c.name, T,
                 us_cold, tb/(us_cold*1e-6), us_warm, tb/(us_warm*1e-6));
