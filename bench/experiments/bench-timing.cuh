@@ -1,5 +1,5 @@
 // Shared by the standalone CUDA programs in this folder (copy-pattern-bench.cu, turbo-all-heads-proto.cu): an error
-// check and the cold/warm timing of a launch.
+// check, the device line and the cold/warm timing of a launch.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,6 +13,16 @@
     fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); exit(1); } } while (0)
 
 namespace bench_timing {
+
+// prints the device's name and returns its SM count
+static int print_device() {
+    int nsm = 0;
+    CHECK(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, 0));
+    cudaDeviceProp prop;
+    CHECK(cudaGetDeviceProperties(&prop, 0));
+    printf("device: %s, %d SMs\n", prop.name, nsm);
+    return nsm;
+}
 
 __global__ void fill(int4 * p, int64_t n16, int v) {
     for (int64_t i = blockIdx.x*int64_t(blockDim.x) + threadIdx.x; i < n16; i += int64_t(gridDim.x)*blockDim.x) {

@@ -213,11 +213,7 @@ __global__ void stream(const int4 * K, const int4 * V, int64_t n16, uint32_t * s
 }
 
 int main() {
-    int nsm = 0;
-    CHECK(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, 0));
-    cudaDeviceProp prop;
-    CHECK(cudaGetDeviceProperties(&prop, 0));
-    printf("device: %s, %d SMs\n", prop.name, nsm);
+    const int nsm = bench_timing::print_device();
     const int Tmax = 262144;
     const size_t bytes = size_t(Tmax)*TOKEN;
     char *K, *V;

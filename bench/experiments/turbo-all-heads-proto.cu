@@ -343,11 +343,7 @@ static int i8_pos(int t, int kk, int hr, int n) {
 
 int main() {
     using namespace proto;
-    int nsm = 0;
-    CHECK(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, 0));
-    cudaDeviceProp prop;
-    CHECK(cudaGetDeviceProperties(&prop, 0));
-    printf("device: %s, %d SMs\n", prop.name, nsm);
+    const int nsm = bench_timing::print_device();
 
     const int Tmax = 262144;
     const size_t bytes = size_t(Tmax)*TOKEN;
