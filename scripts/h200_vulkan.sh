@@ -3,8 +3,12 @@
 #
 # Needs what `scripts/prepare_h200.py --vulkan` writes (.h200/vulkan.tar.gz: the patched tree with ggml-vulkan, and
 # the headers, loader, glslc and SPIR-V headers that the machine lacks; it has the driver's Vulkan ICD), unpacked to
-# $VK_UNPACK_DIR (default /tmp/tq-vulkan-src), and python3 with numpy for `tqgguf synth`.
-# Run through the device tool with carry [".h200"]:
+# $VK_UNPACK_DIR (default /tmp/tq-vulkan-src), and python3 with numpy for `tqgguf synth` (which imports the tree's
+# gguf-py). The machine's container lacks the GL dispatch libraries that the NVIDIA Vulkan driver loads (without
+# them the loader found "no drivers", bench/results/vulkan-h200-probe/); the device tool's notes say how to fetch
+# them as Debian packages into .gl/ (libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2) and unpack
+# them first. Run through the device tool with carry [".h200/vulkan.tar.gz", ".h200/commit.txt", ".gl"]:
+#   for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig; bash scripts/h200_vulkan.sh build ops bench
 #   bash scripts/h200_vulkan.sh build          configure + build test-backend-ops and llama-bench (-DGGML_VULKAN=ON)
 #   bash scripts/h200_vulkan.sh ops            test-backend-ops -b Vulkan0 on every turbo case (SET_ROWS, GET_ROWS,
 #                                              CPY, FLASH_ATTN_EXT) against the CPU backend
@@ -29,6 +33,7 @@ if ! cmp -s "$H/vulkan.tar.gz" "$UNPACK/vulkan.tar.gz" 2>/dev/null; then
     rm -rf "$UNPACK" && mkdir -p "$UNPACK" && tar -xzf "$H/vulkan.tar.gz" -C "$UNPACK" && cp "$H/vulkan.tar.gz" "$UNPACK/"
 fi
 export VULKAN_SDK=$SDK PATH=$SDK/bin:$PATH LD_LIBRARY_PATH=$SDK/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export PYTHONPATH=$ROOT:$SRC/gguf-py${PYTHONPATH:+:$PYTHONPATH} # tqgguf synth imports gguf (the machine has none)
 BIN=$BUILD/bin
 
 step_build() {
@@ -44,7 +49,9 @@ step_build() {
     local rc=$?
     log "build: rc $rc in $((SECONDS - t0)) s"
     [ $rc = 0 ] || { tail -30 "$OUT/build.log"; return 1; }
-    "$BIN/test-backend-ops" -b Vulkan0 -o ADD 2>&1 | grep -E "ggml_vulkan|Vulkan0" | head -5 | tee -a "$OUT/steps.log"
+    # (sed reads to the end: head's early exit failed this pipe under pipefail once a device was listed, and with it
+    # the build step, in the twenty-third round's first Vulkan call)
+    "$BIN/test-backend-ops" -b Vulkan0 -o ADD 2>&1 | grep -E "ggml_vulkan|Vulkan0" | sed -n 1,5p | tee -a "$OUT/steps.log"
 }
 
 step_ops() {
