@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# How far two CPU runs of the same cache type drift apart when only the arithmetic's order changes, on the model of
+# h200_run.sh's parity step. It is the yardstick for that step's CUDA-against-CPU KLD (issue #7: "at the level of
+# f16-vs-f16 noise"). The base run takes whole 256-token batches (as the parity step's CPU base). The run compared
+# against it takes batches of 4 tokens, as the CUDA run with -ub 4 does: other matrix-product kernels and another
+# attention path, the same model, text and cache type. A second pair moves the RoPE base by 0.1%, a small change to
+# the model itself, and shows how much each cache type amplifies a difference of that size.
+#   bash bench/experiments/parity-noise.sh [OUT]     (default bench/results/cpu-parity-noise)
+# Needs a CPU build with llama-perplexity (tqgguf build --targets llama-perplexity), the pinned source (tqgguf
+# source) and ../shared/data/wikitext-2-raw-test.txt or .h200/wiki-300k.txt.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+OUT=${1:-$ROOT/bench/results/cpu-parity-noise}
+TQ=$ROOT/.venv/bin/tqgguf
+P=$("$TQ" build --print-bin llama-perplexity)
+SRC=$("$TQ" source)
+WORK=${TQ_NOISE_WORK:-/tmp/tq-parity-noise}
+mkdir -p "$OUT" "$WORK"
+TXT=$WORK/wiki-300k.txt
+if [ ! -f "$TXT" ]; then
+    src=$ROOT/../shared/data/wikitext-2-raw-test.txt
+    [ -f "$src" ] || src=$ROOT/.h200/wiki-300k.txt
+    head -c 300000 "$src" > "$TXT"
+fi
+M=$WORK/par-hd128.gguf
+# the parity step's model (scripts/h200_run.sh, PAR_MODEL_ARGS)
+[ -f "$M" ] || PYTHONPATH=$ROOT:$SRC/gguf-py "$ROOT/.venv/bin/python" -m tqgguf synth -o "$M" --source "$SRC" --fast \
+    --layers 4 --n-embd 1024 --n-head 8 --n-head-kv 2 --head-dim 128 --weights q8_0 > /dev/null
+BASE_FREQ=$("$ROOT/.venv/bin/python" -c "
+import gguf, sys
+r = gguf.GGUFReader(sys.argv[1])
+f = r.get_field('llama.rope.freq_base')
+print(float(f.parts[f.data[0]][0]) if f else 10000.0)" "$M")
+PERT_FREQ=$("$ROOT/.venv/bin/python" -c "print(f'{$BASE_FREQ*1.001:.9g}')")
+common=(-m "$M" -f "$TXT" -c 256 --chunks 8 -fa on -t "$(nproc)")
+{ echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"; echo "tqgguf commit: $(git -C "$ROOT" rev-parse --short HEAD)";
+  echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs) x $(nproc)";
+  echo "rope base: $BASE_FREQ, perturbed: $PERT_FREQ"; } > "$OUT/device.txt"
+: > "$OUT/noise.txt"
+for t in ${TQ_NOISE_TYPES:-f16 turbo3 turbo4 turbo2}; do
+    "$P" "${common[@]}" -ctk "$t" -ctv "$t" --kl-divergence-base "$WORK/base-$t.kld" > "$WORK/base-$t.log" 2>&1
+    for v in ub4 rope; do
+        extra=(-ub 4)
+        [ $v = rope ] && extra=(--rope-freq-base "$PERT_FREQ")
+        "$P" "${common[@]}" -ctk "$t" -ctv "$t" "${extra[@]}" --kl-divergence-base "$WORK/base-$t.kld" \
+            --kl-divergence > "$WORK/$v-$t.log" 2>&1
+        echo "$t $v: $(grep -E 'Mean +KLD|Same top' "$WORK/$v-$t.log" | tr -s ' ' | paste -sd ';')" | tee -a "$OUT/noise.txt"
+    done
+done
