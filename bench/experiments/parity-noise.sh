@@ -23,15 +23,16 @@ if [ ! -f "$TXT" ]; then
     head -c 300000 "$src" > "$TXT"
 fi
 M=$WORK/par-hd128.gguf
-# the parity step's model (scripts/h200_run.sh, PAR_MODEL_ARGS)
+# the parity step's model: its arguments as scripts/h200_run.sh defines them
+eval "$(grep '^PAR_MODEL_ARGS=' "$ROOT/scripts/h200_run.sh")"
 [ -f "$M" ] || PYTHONPATH=$ROOT:$SRC/gguf-py "$ROOT/.venv/bin/python" -m tqgguf synth -o "$M" --source "$SRC" --fast \
-    --layers 4 --n-embd 1024 --n-head 8 --n-head-kv 2 --head-dim 128 --weights q8_0 > /dev/null
-BASE_FREQ=$("$ROOT/.venv/bin/python" -c "
-import gguf, sys
-r = gguf.GGUFReader(sys.argv[1])
-f = r.get_field('llama.rope.freq_base')
-print(float(f.parts[f.data[0]][0]) if f else 10000.0)" "$M")
-PERT_FREQ=$("$ROOT/.venv/bin/python" -c "print(f'{$BASE_FREQ*1.001:.9g}')")
+    "${PAR_MODEL_ARGS[@]}" > /dev/null
+# the RoPE base (llama.cpp's default where the file has none) and 0.1% more
+read -r BASE_FREQ PERT_FREQ < <("$ROOT/.venv/bin/python" -c "
+import sys
+from tqgguf.gguf_read import read_gguf
+f = float(read_gguf(sys.argv[1]).kv.get('llama.rope.freq_base', 10000.0))
+print(f'{f:.9g} {f*1.001:.9g}')" "$M")
 common=(-m "$M" -f "$TXT" -c 256 --chunks 8 -fa on -t "$(nproc)")
 { echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"; echo "tqgguf commit: $(git -C "$ROOT" rev-parse --short HEAD)";
   echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs) x $(nproc)";
