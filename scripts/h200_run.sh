@@ -6,7 +6,8 @@
 # this repository with the tree's gguf-py). Every step appends to $OUT (default ./h200-out):
 #   bash scripts/h200_run.sh build          configure + build llama-bench, test-backend-ops, llama-perplexity
 #   bash scripts/h200_run.sh ops            test-backend-ops -b CUDA0 on every turbo case (vs the CPU backend)
-#   bash scripts/h200_run.sh parity         KLD of CUDA vs CPU runs of the same config on a synthetic model
+#   bash scripts/h200_run.sh parity         KLD of CUDA vs CPU runs of the same config on a synthetic model (f32
+#                                           weights; -ub 1: the decode kernel, -ub 256: the f16 conversion)
 #   bash scripts/h200_run.sh diag           decode time: CUDA graphs on/off, graph splits and split inputs, ncu per-kernel
 #   bash scripts/h200_run.sh profile        ncu sections (occupancy, stalls, memory) of the decode FlashAttention
 #                                           kernel at depth 32768, turbo3 and f16 (TQ_PROFILE_TYPES="a b")
@@ -111,7 +112,7 @@ step_shapes() {
     done
 }
 
-# the small hd128 GQA-4 model of the parity and fusion steps
+# the small hd128 GQA-4 model of the parity and fusion steps (the parity step replaces its weight type)
 PAR_MODEL_ARGS=(--layers 4 --n-embd 1024 --n-head 8 --n-head-kv 2 --head-dim 128 --weights q8_0)
 
 synth() { # name, args...
@@ -133,17 +134,23 @@ step_ops() {
 
 step_parity() {
     log "parity: CPU vs CUDA perplexity/KLD on a synthetic hd128 GQA-4 model"
-    synth par-hd128 "${PAR_MODEL_ARGS[@]}"
-    local m=$MODELS/par-hd128.gguf txt=$ROOT/.h200/wiki-300k.txt P=$BIN/llama-perplexity
+    # f32 weights (TQ_PARITY_WEIGHTS): the CUDA matrix products then compute K and V before quantization as the
+    # CPU does, in f32, up to the order of the sums. With q8_0 or f16 weights, or f32 weights in batches of 4-16
+    # tokens (upstream's TF32 tensor-core kernel, mmf), they differ by more, and the turbo codes turn those
+    # differences into flipped indices: that measures the matrix products, not the turbo kernels
+    # (bench/results/cuda-h200-round24/).
+    local w=${TQ_PARITY_WEIGHTS:-f32}
+    synth "par-hd128-$w" "${PAR_MODEL_ARGS[@]}" --weights "$w"
+    local m=$MODELS/par-hd128-$w.gguf txt=$ROOT/.h200/wiki-300k.txt P=$BIN/llama-perplexity
     local common=(-m "$m" -f "$txt" -c 256 --chunks 8 -fa on -t "$(nproc)")
     # TQ_PARITY_TYPES, TQ_PARITY_UB: fewer runs for a quick check (bench/experiments/quick-parity.sh)
-    local types=${TQ_PARITY_TYPES:-f16 turbo3 turbo4 turbo2} ubs=${TQ_PARITY_UB:-4 256}
+    local types=${TQ_PARITY_TYPES:-f16 turbo3 turbo4 turbo2} ubs=${TQ_PARITY_UB:-1 256}
     for t in $types; do
         echo "=== CPU $t" >> "$OUT/parity-logs.txt"
         "$P" "${common[@]}" -ngl 0 -ctk $t -ctv $t --kl-divergence-base "$MODELS/base-cpu-$t.kld" >> "$OUT/parity-logs.txt" 2>&1
     done
     for t in $types; do
-        for ub in $ubs; do   # 4: the turbo decode kernel, 256: f16 conversion + tensor-core kernel
+        for ub in $ubs; do   # 1-4: the turbo decode kernel, 256: f16 conversion + tensor-core kernel
             local f=$MODELS/ppl-cuda-$t-ub$ub.txt
             "$P" "${common[@]}" -ngl 99 -ub $ub -ctk $t -ctv $t --kl-divergence-base "$MODELS/base-cpu-$t.kld" \
                 --kl-divergence > "$f" 2>&1

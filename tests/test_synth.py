@@ -92,13 +92,14 @@ CASES = [
     ("tiny-gqa8", "llama-spm", "f16"),     # head_dim 256, GQA 8:1
     ("tiny-swa", "llama-spm", "q8_0"),     # gemma3, sliding-window layers
     ("tiny-hd64", "llama-spm", "q4_0"),
+    ("tiny-hd128-f32", "llama-spm", "f32"),  # the CUDA parity step's weight type
 ]
 
 
 @pytest.mark.build
 @pytest.mark.parametrize("preset,vocab,weights", CASES, ids=[c[0] for c in CASES])
 def test_synth_roundtrip_and_load(preset, vocab, weights, tmp_path, llama_source, llama_bin, small_text):
-    shape = S.PRESETS[preset]
+    shape = S.PRESETS[preset.removesuffix("-f32")]
     vocab_path = S.find_vocab(llama_source, vocab)
     out = tmp_path / f"{preset}.gguf"
     info = S.synth(out, shape, vocab_path, weights=weights, seed=1)
@@ -153,7 +154,7 @@ def test_synth_roundtrip_and_load(preset, vocab, weights, tmp_path, llama_source
 
     # tensors: names, ggml shapes (ne0 first) and types
     qt = {"q8_0": GGMLQuantizationType.Q8_0, "q4_0": GGMLQuantizationType.Q4_0,
-          "f16": GGMLQuantizationType.F16}[weights]
+          "f16": GGMLQuantizationType.F16, "f32": GGMLQuantizationType.F32}[weights]
     tensors = {t.name: t for t in r.tensors}
     hd, E, ff = shape.head_dim, shape.n_embd, shape.ff
     expect = {

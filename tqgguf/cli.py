@@ -306,7 +306,7 @@ def synth(
     n_ff: Annotated[Optional[int], typer.Option("--n-ff")] = None,
     sliding_window: Annotated[Optional[int], typer.Option("--sliding-window", help="Sliding-window size (gemma3 architecture).")] = None,
     swa_pattern: Annotated[Optional[int], typer.Option("--swa-pattern", help="Every P-th layer is full attention.")] = None,
-    weights: Annotated[str, typer.Option("--weights", help="q4_0, q8_0 or f16.")] = "q8_0",
+    weights: Annotated[str, typer.Option("--weights", help="q4_0, q8_0, f16 or f32.")] = "q8_0",
     vocab: Annotated[str, typer.Option("--vocab", help="Tokenizer: models/ggml-vocab-NAME.gguf of the pinned tree.")] = "llama-bpe",
     seed: Annotated[int, typer.Option("--seed")] = 0,
     fast: Annotated[bool, typer.Option("--fast", help="Random q4_0/q8_0 codes instead of quantized floats "

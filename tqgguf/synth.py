@@ -34,8 +34,8 @@ sliding and one full layer.
 
 Weights
 -------
-The big matrices are ``q4_0``, ``q8_0`` (via ``gguf.quants.quantize``) or
-``f16``; norm weights are f32 ones (gemma3 GGUFs store norm weights already
+The big matrices are ``q4_0``, ``q8_0`` (via ``gguf.quants.quantize``),
+``f16`` or ``f32``; norm weights are f32 ones (gemma3 GGUFs store norm weights already
 offset by +1, so 1 is the identity).  Matrix entries are uniform with
 std = 1/sqrt(fan_in) (fan_in = row length, for token_embd n_embd), which keeps
 activations O(1) through all layers and the logits finite.  Every tensor has
@@ -83,6 +83,7 @@ WEIGHT_TYPES: dict[str, tuple[GGMLQuantizationType, LlamaFileType]] = {
     "q4_0": (GGMLQuantizationType.Q4_0, LlamaFileType.MOSTLY_Q4_0),
     "q8_0": (GGMLQuantizationType.Q8_0, LlamaFileType.MOSTLY_Q8_0),
     "f16":  (GGMLQuantizationType.F16,  LlamaFileType.MOSTLY_F16),
+    "f32":  (GGMLQuantizationType.F32,  LlamaFileType.ALL_F32),
 }
 
 
@@ -334,6 +335,8 @@ def _chunks(t: _Tensor, seed: int) -> Iterator[np.ndarray]:
         x -= a
         if t.qtype == GGMLQuantizationType.F16:
             yield x.astype(np.float16)
+        elif t.qtype == GGMLQuantizationType.F32:
+            yield x
         else:
             yield quantize(x, t.qtype)
 

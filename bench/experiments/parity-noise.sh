@@ -6,6 +6,9 @@
 # attention path, the same model, text and cache type. A second pair moves the RoPE base by 0.1%, a small change to
 # the model itself, and shows how much each cache type amplifies a difference of that size.
 #   bash bench/experiments/parity-noise.sh [OUT]     (default bench/results/cpu-parity-noise)
+# TQ_NOISE_WEIGHTS: the model's weight type (default f32, as the parity step's since the twenty-fourth round;
+# q8_0 before: bench/results/cpu-parity-noise/noise.txt)
+# TQ_NOISE_TYPES: the cache types (default f16 turbo3 turbo4 turbo2)
 # Needs a CPU build with llama-perplexity (tqgguf build --targets llama-perplexity), the pinned source (tqgguf
 # source) and ../shared/data/wikitext-2-raw-test.txt or .h200/wiki-300k.txt.
 set -euo pipefail
@@ -22,11 +25,12 @@ if [ ! -f "$TXT" ]; then
     [ -f "$src" ] || src=$ROOT/.h200/wiki-300k.txt
     head -c 300000 "$src" > "$TXT"
 fi
-M=$WORK/par-hd128.gguf
+W=${TQ_NOISE_WEIGHTS:-f32}
+M=$WORK/par-hd128-$W.gguf
 # the parity step's model: its arguments as scripts/h200_run.sh defines them
 eval "$(grep '^PAR_MODEL_ARGS=' "$ROOT/scripts/h200_run.sh")"
 [ -f "$M" ] || PYTHONPATH=$ROOT:$SRC/gguf-py "$ROOT/.venv/bin/python" -m tqgguf synth -o "$M" --source "$SRC" --fast \
-    "${PAR_MODEL_ARGS[@]}" > /dev/null
+    "${PAR_MODEL_ARGS[@]}" --weights "$W" > /dev/null
 # the RoPE base (llama.cpp's default where the file has none) and 0.1% more
 read -r BASE_FREQ PERT_FREQ < <("$ROOT/.venv/bin/python" -c "
 import sys
@@ -36,15 +40,15 @@ print(f'{f:.9g} {f*1.001:.9g}')" "$M")
 common=(-m "$M" -f "$TXT" -c 256 --chunks 8 -fa on -t "$(nproc)")
 { echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"; echo "tqgguf commit: $(git -C "$ROOT" rev-parse --short HEAD)";
   echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs) x $(nproc)";
-  echo "rope base: $BASE_FREQ, perturbed: $PERT_FREQ"; } > "$OUT/device.txt"
+  echo "weights: $W"; echo "rope base: $BASE_FREQ, perturbed: $PERT_FREQ"; } > "$OUT/device.txt"
 : > "$OUT/noise.txt"
 for t in ${TQ_NOISE_TYPES:-f16 turbo3 turbo4 turbo2}; do
-    "$P" "${common[@]}" -ctk "$t" -ctv "$t" --kl-divergence-base "$WORK/base-$t.kld" > "$WORK/base-$t.log" 2>&1
+    "$P" "${common[@]}" -ctk "$t" -ctv "$t" --kl-divergence-base "$WORK/base-$W-$t.kld" > "$WORK/base-$W-$t.log" 2>&1
     for v in ub4 rope; do
         extra=(-ub 4)
         [ $v = rope ] && extra=(--rope-freq-base "$PERT_FREQ")
-        "$P" "${common[@]}" -ctk "$t" -ctv "$t" "${extra[@]}" --kl-divergence-base "$WORK/base-$t.kld" \
-            --kl-divergence > "$WORK/$v-$t.log" 2>&1
-        echo "$t $v: $(grep -E 'Mean +KLD|Same top' "$WORK/$v-$t.log" | tr -s ' ' | paste -sd ';')" | tee -a "$OUT/noise.txt"
+        "$P" "${common[@]}" -ctk "$t" -ctv "$t" "${extra[@]}" --kl-divergence-base "$WORK/base-$W-$t.kld" \
+            --kl-divergence > "$WORK/$v-$W-$t.log" 2>&1
+        echo "$t $v: $(grep -E 'Mean +KLD|Same top' "$WORK/$v-$W-$t.log" | tr -s ' ' | paste -sd ';')" | tee -a "$OUT/noise.txt"
     done
 done
