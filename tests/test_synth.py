@@ -92,20 +92,20 @@ CASES = [
     ("tiny-gqa8", "llama-spm", "f16"),     # head_dim 256, GQA 8:1
     ("tiny-swa", "llama-spm", "q8_0"),     # gemma3, sliding-window layers
     ("tiny-hd64", "llama-spm", "q4_0"),
-    ("tiny-hd128-f32", "llama-spm", "f32"),  # the CUDA parity step's weight type
+    ("tiny-hd128", "llama-spm", "f32"),    # the CUDA parity step's weight type
 ]
 
 
 @pytest.mark.build
-@pytest.mark.parametrize("preset,vocab,weights", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("preset,vocab,weights", CASES, ids=[f"{c[0]}-{c[2]}" for c in CASES])
 def test_synth_roundtrip_and_load(preset, vocab, weights, tmp_path, llama_source, llama_bin, small_text):
-    shape = S.PRESETS[preset.removesuffix("-f32")]
+    shape = S.PRESETS[preset]
     vocab_path = S.find_vocab(llama_source, vocab)
-    out = tmp_path / f"{preset}.gguf"
+    out = tmp_path / f"{preset}-{weights}.gguf"
     info = S.synth(out, shape, vocab_path, weights=weights, seed=1)
 
     assert info.path == out and out.is_file()
-    assert not (tmp_path / f"{preset}.gguf.part").exists()
+    assert not (tmp_path / f"{preset}-{weights}.gguf.part").exists()
     assert info.file_size == out.stat().st_size
     assert info.vocab == vocab_path
     arch = "gemma3" if shape.sliding_window else "llama"
