@@ -14,6 +14,8 @@
 #                                              CPY, FLASH_ATTN_EXT) against the CPU backend
 #   bash scripts/h200_vulkan.sh bench          llama-bench -fa 1 -ngl 99 on the Llama-3-8B shape (q4_0 weights):
 #                                              tg128 at VK_DEPTHS (default 0,8192) for VK_CONFIGS (K/V pairs)
+#   bash scripts/h200_vulkan.sh profile        each op's GPU time in decode steps at depth 0 (GGML_VK_PERF_LOGGER)
+#                                              for VK_PROFILE_CONFIGS (default f16, q8_0, turbo3)
 # Steps can be chained: bash scripts/h200_vulkan.sh build ops bench. Results go to $OUT (or ./h200-vulkan-out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -63,13 +65,18 @@ step_ops() {
     grep -E "tests passed|FAIL" "$OUT/test-backend-ops.txt" | tail -8 | tee -a "$OUT/steps.log"
 }
 
-step_bench() {
+synth_model() { # the Llama-3-8B shape with q4_0 weights, made once
     local model=$MODELS/l3-8b.gguf
     if [ ! -f "$model" ]; then
-        log "bench: tqgguf synth --preset llama3-8b --weights q4_0"
+        log "synth: tqgguf synth --preset llama3-8b --weights q4_0"
         (cd "$ROOT" && python3 -m tqgguf synth -o "$model" --source "$SRC" --fast --preset llama3-8b --weights q4_0) \
             > "$OUT/synth.log" 2>&1 || { tail -5 "$OUT/synth.log"; return 1; }
     fi
+}
+
+step_bench() {
+    local model=$MODELS/l3-8b.gguf
+    synth_model || return 1
     local depths=${VK_DEPTHS:-0,8192}
     local configs=${VK_CONFIGS:-"f16/f16 q8_0/q8_0 turbo3/turbo3 turbo4/turbo4 turbo2/turbo2 q8_0/turbo4"}
     for c in $configs; do
@@ -90,12 +97,26 @@ for r in rows:
 EOF
 }
 
+step_profile() { # each op's GPU time in a decode step at depth 0 (ggml-vulkan's perf logger), per config
+    local model=$MODELS/l3-8b.gguf
+    synth_model || return 1
+    mkdir -p "$OUT/profile"
+    for c in ${VK_PROFILE_CONFIGS:-"f16/f16 q8_0/q8_0 turbo3/turbo3"}; do
+        log "profile: $c, 16 decode steps at depth 0, each op's time"
+        # the logger prints one table per graph; every 8th graph keeps the output short
+        GGML_VK_PERF_LOGGER=1 GGML_VK_PERF_LOGGER_FREQUENCY=8 "$BIN/llama-bench" -m "$model" -ngl 99 -fa 1 \
+            -ctk "${c%%/*}" -ctv "${c##*/}" -p 0 -n 16 -r 1 > "$OUT/profile/${c//\//-}.txt" 2>&1 \
+            || log "profile: $c failed"
+    done
+}
+
 [ $# -gt 0 ] || set -- build ops bench
 for s in "$@"; do
     case $s in
         build) step_build || exit 1 ;;
         ops) step_ops ;;
         bench) step_bench ;;
+        profile) step_profile ;;
         *) echo "unknown step: $s" >&2; exit 2 ;;
     esac
 done
