@@ -49,9 +49,9 @@ def backend_ops(pin, pinned):
     return path
 
 
-def run_ops(binary, op: str, params: str, timeout: int = 900) -> tuple[int, int, str]:
+def run_ops(binary, op: str, params: str, timeout: int = 900, extra_env: dict | None = None) -> tuple[int, int, str]:
     """(passed, run) of test-backend-ops on lavapipe for one op and params regex, and its output."""
-    env = {**os.environ, "GGML_VK_VISIBLE_DEVICES": "0"}
+    env = {**os.environ, "GGML_VK_VISIBLE_DEVICES": "0", **(extra_env or {})}
     r = subprocess.run([str(binary), "test", "-b", "Vulkan0", "-o", op, "-p", params], capture_output=True,
                        text=True, timeout=timeout, env=env)
     out = r.stdout + r.stderr
@@ -80,6 +80,22 @@ def test_cache_ops(backend_ops, op, count, unclaimed):
     unsupported = [line for line in out.splitlines() if "not supported" in line]
     assert len(unsupported) == unclaimed
     assert all(CPY_UNCLAIMED.search(line) for line in unsupported), unsupported
+
+
+def test_rotation_chain(backend_ops):
+    """The turbo cache write as llama.cpp builds it: MUL by the signs, the Hadamard MUL_MAT, MUL by the signs, then
+    SET_ROWS (turbo2/3/4 at head sizes 64/128/256, and q8_0's rotation without signs). Patch 0042 runs the first
+    three as one signed fwht dispatch; GGML_VK_DISABLE_FUSION=1 runs them one by one, and both must match the CPU."""
+    passed, run, _ = run_ops(backend_ops, "TURBO_ROT_SET_ROWS", "type=")
+    assert (passed, run) == (36, 36)
+    # ggml-vulkan's perf logger names each dispatch, a fused one by its fusion
+    one = r"type=turbo3,d=128,n_head=2,n_tokens=7,"
+    _, _, fused = run_ops(backend_ops, "TURBO_ROT_SET_ROWS", one, extra_env={"GGML_VK_PERF_LOGGER": "1"})
+    assert "MUL_FWHT_MUL" in fused and not re.search(r"^MUL_MAT", fused, re.M), fused[-2000:]
+    passed, run, plain = run_ops(backend_ops, "TURBO_ROT_SET_ROWS", "type=turbo3",
+                                 extra_env={"GGML_VK_PERF_LOGGER": "1", "GGML_VK_DISABLE_FUSION": "1"})
+    assert (passed, run) == (9, 9)
+    assert "MUL_FWHT_MUL" not in plain and re.search(r"^MUL_MAT", plain, re.M), plain[-2000:]
 
 
 @pytest.mark.parametrize("params,count", [
