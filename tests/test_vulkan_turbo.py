@@ -1,4 +1,4 @@
-"""The Vulkan backend's turbo kernels (patch 0040) against the CPU backend, on Mesa's lavapipe.
+"""The Vulkan backend's turbo kernels (patches 0040 and 0042) against the CPU backend, on Mesa's lavapipe.
 
 test-backend-ops compares a backend with the CPU backend; lavapipe is a Vulkan driver that runs on the CPU, so a
 machine without a GPU checks the real Vulkan shaders (the turbo quantizer of SET_ROWS, the dequantizers of GET_ROWS

@@ -68,9 +68,11 @@ BLOCKING = frozenset({"missing", "too old", "error", "not applicable"})
 # Metal builds get upstream's cache types on the GPU, but the series has no turbo kernels for Metal
 NO_TURBO_KERNELS_NOTE = ("no turbo kernels: turbo caches run on the CPU only (-ngl 0), and tqgguf refuses them with "
                          "layers on this GPU")
-# Vulkan's turbo kernels (patch 0040) were checked against the CPU backend on Mesa's lavapipe, not on a GPU
-VULKAN_TURBO_NOTE = ("turbo caches: kernels checked against the CPU on Mesa's lavapipe (test-backend-ops), not yet "
-                     "run or timed on a Vulkan GPU; flash attention with a turbo side takes the scalar shader")
+# Vulkan's turbo kernels (patch 0040) match the CPU backend on Mesa's lavapipe and on an H200's NVIDIA driver, where
+# they decoded slower than f16 (bench/results/vulkan-h200/, before 0042)
+VULKAN_TURBO_NOTE = ("turbo caches: kernels match the CPU (test-backend-ops on lavapipe and an NVIDIA GPU) but "
+                     "decoded at 0.64-0.79x an f16 cache's speed on that GPU; flash attention with a turbo side "
+                     "takes the scalar shader")
 
 Which = Callable[[str], "str | None"]
 Run = Callable[..., "subprocess.CompletedProcess"]
