@@ -112,12 +112,17 @@ step_shapes() {
     done
 }
 
-# the small hd128 GQA-4 model of the parity and fusion steps (the parity step replaces its weight type)
-PAR_MODEL_ARGS=(--layers 4 --n-embd 1024 --n-head 8 --n-head-kv 2 --head-dim 128 --weights q8_0)
+# the small hd128 GQA-4 model of the parity, fusion and streams steps (bench/experiments/parity-noise.sh reads these
+# arguments too)
+PAR_MODEL_ARGS=(--layers 4 --n-embd 1024 --n-head 8 --n-head-kv 2 --head-dim 128)
 
 synth() { # name, args...
     local name=$1; shift
     [ -f "$MODELS/$name.gguf" ] || python3 -m tqgguf synth -o "$MODELS/$name.gguf" --source "$SRC" --fast "$@" > /dev/null
+}
+
+par_model() { # weight type: makes that model once and prints its path
+    synth "par-hd128-$1" "${PAR_MODEL_ARGS[@]}" --weights "$1" && echo "$MODELS/par-hd128-$1.gguf"
 }
 
 step_ops() {
@@ -139,9 +144,8 @@ step_parity() {
     # tokens (upstream's TF32 tensor-core kernel, mmf), they differ by more, and the turbo codes turn those
     # differences into flipped indices: that measures the matrix products, not the turbo kernels
     # (bench/results/cuda-h200-round24/).
-    local w=${TQ_PARITY_WEIGHTS:-f32}
-    synth "par-hd128-$w" "${PAR_MODEL_ARGS[@]}" --weights "$w"
-    local m=$MODELS/par-hd128-$w.gguf txt=$ROOT/.h200/wiki-300k.txt P=$BIN/llama-perplexity
+    local m txt=$ROOT/.h200/wiki-300k.txt P=$BIN/llama-perplexity
+    m=$(par_model "${TQ_PARITY_WEIGHTS:-f32}") || return 1
     local common=(-m "$m" -f "$txt" -c 256 --chunks 8 -fa on -t "$(nproc)")
     # TQ_PARITY_TYPES, TQ_PARITY_UB: fewer runs for a quick check (bench/experiments/quick-parity.sh)
     local types=${TQ_PARITY_TYPES:-f16 turbo3 turbo4 turbo2} ubs=${TQ_PARITY_UB:-1 256}
@@ -161,14 +165,15 @@ step_parity() {
 }
 
 step_fusion() {
-    synth par-hd128 "${PAR_MODEL_ARGS[@]}"
+    local m
+    m=$(par_model q8_0) || return 1
     synth l3-8b --preset llama3-8b --weights q4_0
     log "fusion: rotations fused into SET_ROWS and the attention vs GGML_CUDA_DISABLE_FUSION=1"
     local P=$BIN/llama-perplexity
     # -b = -c: one sequence per batch and so one KV stream; -b = 8 c: 8 streams, where llama.cpp reshapes the cache
     # between the rotation and its SET_ROWS (the matchers step over that node since 0024)
     local batch=${TQ_FUSION_BATCH:-256}
-    local common=(-m "$MODELS/par-hd128.gguf" -f "$ROOT/.h200/wiki-300k.txt" -c 256 -b "$batch" --chunks 8 -fa on -ngl 99 -ub 4)
+    local common=(-m "$m" -f "$ROOT/.h200/wiki-300k.txt" -c 256 -b "$batch" --chunks 8 -fa on -ngl 99 -ub 4)
     for t in turbo3 turbo4 turbo2; do
         GGML_CUDA_DISABLE_FUSION=1 "$P" "${common[@]}" -ctk $t -ctv $t --kl-divergence-base "$MODELS/nofuse-$t.kld" > /dev/null 2>&1
         "$P" "${common[@]}" -ctk $t -ctv $t --kl-divergence-base "$MODELS/nofuse-$t.kld" --kl-divergence 2>&1 \
@@ -183,7 +188,8 @@ step_fusion() {
 }
 
 step_streams() { # which kernels write the cache with one KV stream and with 8 (ncu launch counts)
-    synth par-hd128 "${PAR_MODEL_ARGS[@]}"
+    local m
+    m=$(par_model q8_0) || return 1
     command -v ncu > /dev/null || { log "streams: no ncu"; return; }
     log "streams: cache-write kernels of llama-perplexity with -b 256 (one stream) and -b 2048 (8 streams)"
     # -ub 4: decode-sized ubatches; the attention launches count the layer steps (4 layers). Fused, a cache write is one
@@ -192,7 +198,7 @@ step_streams() { # which kernels write the cache with one KV stream and with 8 (
         for b in 256 2048; do
             local f=$MODELS/ncu-streams.txt
             timeout 150 ncu --clock-control none --metrics gpu__time_duration.sum -k "regex:set_rows|fwht|flash_attn_ext" \
-                --launch-skip 60 --launch-count 120 "$BIN/llama-perplexity" -m "$MODELS/par-hd128.gguf" \
+                --launch-skip 60 --launch-count 120 "$BIN/llama-perplexity" -m "$m" \
                 -f "$ROOT/.h200/wiki-300k.txt" -c 256 -b $b --chunks 8 -fa on -ngl 99 -ub 4 -ctk $t -ctv $t > "$f" 2>&1
             grep -m1 -E "n_seq *=" "$f" | sed "s/^/$t -b $b: /" | tee -a "$OUT/streams.txt"
             ncu_times mean "$f" | sed "s/^/$t -b $b: /" | tee -a "$OUT/streams.txt"
