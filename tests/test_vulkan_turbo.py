@@ -85,9 +85,15 @@ def test_cache_ops(backend_ops, op, count, unclaimed):
 def test_rotation_chain(backend_ops):
     """The turbo cache write as llama.cpp builds it: MUL by the signs, the Hadamard MUL_MAT, MUL by the signs, then
     SET_ROWS (turbo2/3/4 at head sizes 64/128/256, and q8_0's rotation without signs). Patch 0042 runs the first
-    three as one signed fwht dispatch; GGML_VK_DISABLE_FUSION=1 runs them one by one, and both must match the CPU."""
-    passed, run, _ = run_ops(backend_ops, "TURBO_ROT_SET_ROWS", "type=")
-    assert (passed, run) == (36, 36)
+    three as one signed fwht dispatch; GGML_VK_DISABLE_FUSION=1 runs them one by one, and both must match the CPU.
+
+    The turbo cases and q8_0's run in two processes: Mesa 22.3's lavapipe (Debian 12) frees a buffer's resource
+    twice on its queue thread after a turbo case and two q8_0 cases in one process, and the process dies of heap
+    corruption; Mesa 25.0 runs the same binary clean (bench/results/vulkan-lavapipe-kv-suite/)."""
+    passed, run, _ = run_ops(backend_ops, "TURBO_ROT_SET_ROWS", "type=turbo")
+    assert (passed, run) == (27, 27)
+    passed, run, _ = run_ops(backend_ops, "TURBO_ROT_SET_ROWS", "type=q8_0")
+    assert (passed, run) == (9, 9)
     # ggml-vulkan's perf logger names each dispatch, a fused one by its fusion
     one = r"type=turbo3,d=128,n_head=2,n_tokens=7,"
     _, _, fused = run_ops(backend_ops, "TURBO_ROT_SET_ROWS", one, extra_env={"GGML_VK_PERF_LOGGER": "1"})
