@@ -143,7 +143,10 @@ step_parity() {
     # CPU does, in f32, up to the order of the sums. With q8_0 or f16 weights, or f32 weights in batches of 4-16
     # tokens (upstream's TF32 tensor-core kernel, mmf), they differ by more, and the turbo codes turn those
     # differences into flipped indices: that measures the matrix products, not the turbo kernels
-    # (bench/results/cuda-h200-round24/).
+    # (bench/results/cuda-h200-round24/). The base runs with --no-op-offload: a CUDA build otherwise sends the
+    # matrix products of batches of 32 or more tokens to the GPU even with -ngl 0 (bench/results/cuda-h200-round25/).
+    # Batches of 32 or more tokens take cuBLAS, which upstream sets to TF32; each such run is repeated with
+    # NVIDIA_TF32_OVERRIDE=0 (cuBLAS in f32), so that the turbo kernels' part shows.
     local m txt=$ROOT/.h200/wiki-300k.txt P=$BIN/llama-perplexity
     m=$(par_model "${TQ_PARITY_WEIGHTS:-f32}") || return 1
     local common=(-m "$m" -f "$txt" -c 256 --chunks 8 -fa on -t "$(nproc)")
@@ -151,15 +154,22 @@ step_parity() {
     local types=${TQ_PARITY_TYPES:-f16 turbo3 turbo4 turbo2} ubs=${TQ_PARITY_UB:-1 256}
     for t in $types; do
         echo "=== CPU $t" >> "$OUT/parity-logs.txt"
-        "$P" "${common[@]}" -ngl 0 -ctk $t -ctv $t --kl-divergence-base "$MODELS/base-cpu-$t.kld" >> "$OUT/parity-logs.txt" 2>&1
+        "$P" "${common[@]}" -ngl 0 --no-op-offload -ctk $t -ctv $t --kl-divergence-base "$MODELS/base-cpu-$t.kld" \
+            >> "$OUT/parity-logs.txt" 2>&1
     done
+    local t ub tf32 label
     for t in $types; do
         for ub in $ubs; do   # 1-4: the turbo decode kernel, 256: f16 conversion + tensor-core kernel
-            local f=$MODELS/ppl-cuda-$t-ub$ub.txt
-            "$P" "${common[@]}" -ngl 99 -ub $ub -ctk $t -ctv $t --kl-divergence-base "$MODELS/base-cpu-$t.kld" \
-                --kl-divergence > "$f" 2>&1
-            { echo "=== CUDA $t ub=$ub"; cat "$f"; } >> "$OUT/parity-logs.txt"
-            echo "$t ub=$ub: $(grep -E 'Mean +KLD|Same top' "$f" | tr -s ' ' | paste -sd ';')" | tee -a "$OUT/parity.txt"
+            for tf32 in on off; do
+                [ $tf32 = on ] || [ "$ub" -ge 32 ] || continue
+                local f=$MODELS/ppl-cuda-$t-ub$ub-tf32$tf32.txt tf32_env=()
+                label="ub=$ub"
+                [ $tf32 = on ] || { label+=" NVIDIA_TF32_OVERRIDE=0"; tf32_env=(NVIDIA_TF32_OVERRIDE=0); }
+                env "${tf32_env[@]}" "$P" "${common[@]}" -ngl 99 -ub $ub -ctk $t -ctv $t \
+                    --kl-divergence-base "$MODELS/base-cpu-$t.kld" --kl-divergence > "$f" 2>&1
+                { echo "=== CUDA $t $label"; cat "$f"; } >> "$OUT/parity-logs.txt"
+                echo "$t $label: $(grep -E 'Mean +KLD|Same top' "$f" | tr -s ' ' | paste -sd ';')" | tee -a "$OUT/parity.txt"
+            done
         done
     done
 }

@@ -101,7 +101,8 @@ step_profile() { # each op's GPU time in a decode step at depth 0 (ggml-vulkan's
     local model=$MODELS/l3-8b.gguf
     synth_model || return 1
     mkdir -p "$OUT/profile"
-    for c in ${VK_PROFILE_CONFIGS:-"f16/f16 q8_0/q8_0 turbo3/turbo3"}; do
+    local configs=${VK_PROFILE_CONFIGS:-f16/f16 q8_0/q8_0 turbo3/turbo3} c
+    for c in $configs; do
         log "profile: $c, 16 decode steps at depth 0, each op's time"
         # the logger prints one table per graph; every 8th graph keeps the output short
         GGML_VK_PERF_LOGGER=1 GGML_VK_PERF_LOGGER_FREQUENCY=8 "$BIN/llama-bench" -m "$model" -ngl 99 -fa 1 \
