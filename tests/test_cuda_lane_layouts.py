@@ -99,3 +99,29 @@ def test_copy16_staging_check_fails_without_the_window_offset(monkeypatch, exper
                         lambda self, src, o, nb, lane: src + (lane // self.wc) * nb + 16 * (lane % self.wc))
     with pytest.raises(AssertionError):
         c16.check_sequence("turbo4", 128)
+
+
+def test_int8_codebook_fit_matches_the_cuda_constants(experiment):
+    """0043's codebook scales (M = 73 for turbo2, 121 for turbo3 in fattn_tmma_i8_codebook) are what the search
+    finds, with the codes and level errors its comment gives."""
+    k8 = experiment("k_int8_layout_check")
+    m2, c2, _, e2 = k8.fit_codebook(k8.L2)
+    m3, c3, _, e3 = k8.fit_codebook(k8.L3)
+    assert (m2, c2.tolist()) == (73, [-73, -22, 22, 73])
+    assert (m3, c3.tolist()) == (121, [-121, -76, -43, -14, 14, 43, 76, 121])
+    assert e2 < 0.00005 and 0.001 < e3 < 0.0012
+    patch = next((EXPERIMENTS.parents[1] / "patches").glob("0043-*.patch")).read_text()
+    assert "constexpr float M = type == GGML_TYPE_TURBO2_0 ? 73.0f : 121.0f;" in patch
+    assert "#define FATTN_TMMA_QLO 254" in patch and k8.QLO == 254
+
+
+def test_two_int8_terms_of_q_cut_the_score_error(experiment):
+    """Q in two int8 terms leaves the codebook's rounding as the int8 scores' only sizeable error: turbo3 about 0.11%
+    of the scores' spread, turbo2 below 0.01%, against about 0.6% with one term and the codebook at 127 (0023)."""
+    k8 = experiment("k_int8_layout_check")
+    for bits, limit in ((3, 0.0013), (2, 0.0001)):
+        e = k8.score_error(bits, n=2000)
+        before, after = e["0023 (codebook at 127, one term of Q)"], e["0043 (both)"]
+        assert 0.004 < before < 0.009, (bits, before)
+        assert after < limit, (bits, after)
+        assert e["Q in two terms"] < 0.0001, bits

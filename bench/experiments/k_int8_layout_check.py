@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""Checks the lane layout of patch 0023 (turbo2/turbo3 K scored on int8) without a GPU.
+"""Checks the lane layout of patches 0023 and 0043 (turbo2/turbo3 K scored on int8) without a GPU.
 
 Emulates, per lane of a warp, load_i8's byte-permute selectors (from turbo2/turbo3 blocks packed as
 quantize_row_turbo*_0_ref packs them), __byte_perm of the int8 codebook, the int8 Q packed at fattn_tmma_i8_pos,
 and mma.m16n8k32's fragment layout (PTX ISA: A rows groupID / groupID + 8, k 4*t.. and 16 + 4*t..; B k 4*t..,
-column groupID), and asserts that the products equal the direct int8 dot products of the codes. Then prints the
-score error of int8 scoring (codebook and Q rounded) against float scores.
+column groupID), and asserts that the products equal the direct int8 dot products of the codes. Q is rounded to two
+int8 terms (0043: Q*127/max|Q| = q_hi + q_lo/QLO, a product C_hi*QLO + C_lo) and the codebook to integer codes with
+a least-squares step, the scale M of fit_codebook. Then prints the score error of int8 scoring (codebook and Q
+rounded, one or two terms of Q) against float scores.
 
     python bench/experiments/k_int8_layout_check.py
 """
@@ -57,8 +59,34 @@ def byte_perm(x, y, s):
     return sum(src[(s >> (4 * n)) & 7] << (8 * n) for n in range(4))
 
 
+QLO = 254  # FATTN_TMMA_QLO: the second term of Q is worth 1/QLO of an int8 unit of the first
+
+
+def fit_codebook(levels, scales=range(40, 128)):
+    """0043's codebook: for each scale M, the codes round(level/max*M) and their least-squares step; the M whose
+    codes times that step move no level by more than any other M's do. Returns (M, codes, step, max error / max)."""
+    best = None
+    for m in scales:
+        c = np.rint(levels * m / levels[-1])
+        step = (c * levels).sum() / (c * c).sum()
+        err = np.abs(c * step - levels).max() / levels[-1]
+        if best is None or err < best[3]:
+            best = (m, c.astype(np.int64), step, err)
+    return best
+
+
 def int8_levels(levels):
-    return np.rint(levels * 127 / levels[-1]).astype(np.int64)
+    return fit_codebook(levels)[1]
+
+
+def split_q(Q):
+    """Q per head (rows) as two int8 terms and the head's max |Q|: Q*127/qmax = hi + lo/QLO up to 1/(2*QLO)."""
+    qmax = np.abs(Q).max(axis=1)
+    qinv = np.divide(127.0, qmax, out=np.zeros_like(qmax), where=qmax > 0)
+    x = Q * qinv[:, None]
+    hi = np.rint(x)
+    lo = np.rint((x - hi) * QLO)
+    return hi.astype(np.int64), lo.astype(np.int64), qmax
 
 
 def codebook_words(levels):
@@ -89,15 +117,17 @@ def check_layout(bits, D, G):
     Q = rng.standard_normal((8, D))
     Q[G:] = 0
     lo, hi = codebook_words(levels)
-    qmax = np.abs(Q).max(axis=1)
-    qinv = np.divide(127.0, qmax, out=np.zeros_like(qmax), where=qmax > 0)
-    Qi8 = np.rint(Q * qinv[:, None]).astype(np.int64)
+    Qhi, Qlo, _ = split_q(Q)
+    assert np.abs(Qhi).max() <= 127 and np.abs(Qlo).max() <= 127
+    Qi8 = Qhi * QLO + Qlo  # what the two products give together
     blocks = [[pack(codes[row, 64 * g:64 * (g + 1)]) for g in range(NG)] for row in range(16)]
     for g in range(NG):
         C = np.zeros((16, 8), np.int64)
+        C_lo = np.zeros((16, 8), np.int64)
         for kk in range(2):
             A = np.zeros((16, 32), np.int64)
             B = np.zeros((32, 8), np.int64)
+            B_lo = np.zeros((32, 8), np.int64)
             for lane in range(32):
                 r, t = lane // 4, lane % 4
                 for h in range(2):  # A: a0/a2 row r, a1/a3 row 8 + r
@@ -106,8 +136,13 @@ def check_layout(bits, D, G):
                     A[r + 8 * h, 16 + 4 * t:16 + 4 * t + 4] = s8(byte_perm(lo, hi, w[kk] >> 16))
                 for h in range(2):  # B: b0 k 4t.., b1 k 16 + 4t..; column r = head r
                     for n in range(4):
-                        B[16 * h + 4 * t + n, r] = Qi8[r, 64 * g + pos(t, kk, h, n)]
+                        B[16 * h + 4 * t + n, r] = Qhi[r, 64 * g + pos(t, kk, h, n)]
+                        B_lo[16 * h + 4 * t + n, r] = Qlo[r, 64 * g + pos(t, kk, h, n)]
+            assert np.abs(A).max() <= 127
             C += A @ B
+            C_lo += A @ B_lo
+        C = C * QLO + C_lo
+        assert np.abs(C).max() < 2**31
         ref = int8_levels(levels)[codes[:, 64 * g:64 * (g + 1)]] @ Qi8[:, 64 * g:64 * (g + 1)].T
         assert np.array_equal(C, ref), f"turbo{bits} D={D} G={G} group {g}"
 
@@ -117,13 +152,20 @@ def score_error(bits, D=128, n=4000):
     levels = L3 if bits == 3 else L2
     codes = rng.integers(0, len(levels), size=(n, D))
     Q = rng.standard_normal((1, D))
-    Lq = int8_levels(levels) * levels[-1] / 127
-    qmax = np.abs(Q).max()
-    Qq = np.rint(Q * 127 / qmax) * qmax / 127
+    m, c, step, _ = fit_codebook(levels)
+    Lq = c * step
+    Lq127 = np.rint(levels * 127 / levels[-1]) * levels[-1] / 127  # 0023's codebook
+    qhi, qlo, qmax = split_q(Q)
+    Qq1 = np.rint(Q * 127 / qmax[:, None]) * qmax[:, None] / 127
+    Qq2 = (qhi + qlo / QLO) * qmax[:, None] / 127
     S = levels[codes] @ Q.T
-    for name, K, QQ in (("codebook", Lq, Q), ("Q", levels, Qq), ("both", Lq, Qq)):
+    errs = {}
+    for name, K, QQ in (("0023 (codebook at 127, one term of Q)", Lq127, Qq1), (f"codebook at M={m}", Lq, Q),
+                        ("Q in two terms", levels, Qq2), ("0043 (both)", Lq, Qq2)):
         e = K[codes] @ QQ.T - S
-        print(f"  turbo{bits} D={D}, {name} rounded to int8: rms score error / std(S) = {e.std() / S.std():.4f}")
+        errs[name] = e.std() / S.std()
+        print(f"  turbo{bits} D={D}, {name}: rms score error / std(S) = {errs[name]:.5f}")
+    return errs
 
 
 if __name__ == "__main__":
