@@ -3,9 +3,9 @@
 bench/experiments/k_int8_layout_check.py emulates patches 0023 and 0043 (turbo2/turbo3 K scored on int8: selectors
 from the packed blocks, byte permutes of the fitted codebook, the m16n8k32 fragments of Q's two int8 terms) and
 v_reg_layout_check.py the V expansion of patch 0025 (index transposes, byte-table lookups, the m16n8k16 A fragment,
-the output positions). Both assume the bit layout that tqgguf.turbo.pack_indices writes (the C reference's); these tests keep the two in step,
-and make sure each check fails on a wrong layout. copy16_layout_check.py emulates the staging copies of patch 0031
-(where each byte of a cache row lands, and which bytes the copies read).
+the output positions). Both assume the bit layout that tqgguf.turbo.pack_indices writes (the C reference's); these
+tests keep the two in step, and make sure each check fails on a wrong layout. copy16_layout_check.py emulates the
+staging copies of patch 0031 (where each byte of a cache row lands, and which bytes the copies read).
 """
 
 import sys
