@@ -7,7 +7,8 @@
 #   A. same matrix products: the base is CUDA at the same -ub with GGML_CUDA_TURBO_DECODE_OFF=1 (upstream's path:
 #      K and V converted to f16, the tensor-core kernel); the run compared is the decode kernel. What differs is the
 #      attention kernel only.
-#   B. a CPU base with --no-op-offload (all CPU), against CUDA at -ub 1 and 256.
+#   B. a CPU base with --no-op-offload (all CPU), against CUDA at -ub 1 and 256. (h200_run.sh parity takes that base
+#      too since the twenty-fifth round, and adds the runs with TF32 off; B stays here so that one call gives both.)
 # Runs on the device after `h200_run.sh build` with cuda-turbo-decode-off-env.diff applied and a parity step (which
 # leaves the f32 model in /tmp/tq-models). OUT: where the results go.
 set -uo pipefail

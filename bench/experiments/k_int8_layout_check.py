@@ -156,7 +156,7 @@ def score_error(bits, D=128, n=4000):
     Lq = c * step
     Lq127 = np.rint(levels * 127 / levels[-1]) * levels[-1] / 127  # 0023's codebook
     qhi, qlo, qmax = split_q(Q)
-    Qq1 = np.rint(Q * 127 / qmax[:, None]) * qmax[:, None] / 127
+    Qq1 = qhi * qmax[:, None] / 127  # one term: q_hi alone
     Qq2 = (qhi + qlo / QLO) * qmax[:, None] / 127
     S = levels[codes] @ Q.T
     errs = {}
