@@ -84,8 +84,9 @@ def test_cache_ops(backend_ops, op, count, unclaimed):
 
 def test_rotation_chain(backend_ops):
     """The turbo cache write as llama.cpp builds it: MUL by the signs, the Hadamard MUL_MAT, MUL by the signs, then
-    SET_ROWS (turbo2/3/4 at head sizes 64/128/256, and q8_0's rotation without signs). Patch 0042 runs the first
-    three as one signed fwht dispatch; GGML_VK_DISABLE_FUSION=1 runs them one by one, and both must match the CPU.
+    SET_ROWS (turbo2/3/4 at head sizes 64/128/256, and q8_0's rotation without signs). Patch 0045 runs a turbo
+    cache's whole chain as one dispatch (the rotation of 0042's signed fwht in front of the SET_ROWS); a q8_0 cache
+    keeps upstream's fwht; GGML_VK_DISABLE_FUSION=1 runs them one by one, and all must match the CPU.
 
     The turbo cases and q8_0's run in two processes: Mesa 22.3's lavapipe (Debian 12) frees a buffer's resource
     twice on its queue thread after a turbo case and two q8_0 cases in one process, and the process dies of heap
@@ -97,11 +98,17 @@ def test_rotation_chain(backend_ops):
     # ggml-vulkan's perf logger names each dispatch, a fused one by its fusion
     one = r"type=turbo3,d=128,n_head=2,n_tokens=7,"
     _, _, fused = run_ops(backend_ops, "TURBO_ROT_SET_ROWS", one, extra_env={"GGML_VK_PERF_LOGGER": "1"})
-    assert "MUL_FWHT_MUL" in fused and not re.search(r"^MUL_MAT", fused, re.M), fused[-2000:]
+    assert re.search(r"^TURBO_ROT_SET_ROWS MUL: 1 x", fused, re.M), fused[-2000:]
+    assert not re.search(r"^(MUL_MAT|MUL_FWHT_MUL|SET_ROWS)", fused, re.M), fused[-2000:]
     passed, run, plain = run_ops(backend_ops, "TURBO_ROT_SET_ROWS", "type=turbo3",
                                  extra_env={"GGML_VK_PERF_LOGGER": "1", "GGML_VK_DISABLE_FUSION": "1"})
     assert (passed, run) == (9, 9)
     assert "MUL_FWHT_MUL" not in plain and re.search(r"^MUL_MAT", plain, re.M), plain[-2000:]
+    # Q's and the output's rotations around the attention have no SET_ROWS behind them: 0042's signed fwht
+    one = r"type_K=turbo3,type_V=turbo3,d=64,n_head=8,n_head_kv=2,n_tokens=1,n_kv=64,"
+    passed, run, attn = run_ops(backend_ops, "TURBO_ROT_FATTN", one, extra_env={"GGML_VK_PERF_LOGGER": "1"})
+    assert (passed, run) == (1, 1)
+    assert re.search(r"^MUL_FWHT_MUL MUL: 2 x", attn, re.M) and not re.search(r"^MUL_MAT", attn, re.M), attn[-2000:]
 
 
 @pytest.mark.parametrize("params,count", [
