@@ -1,4 +1,4 @@
-"""The Vulkan backend's turbo kernels (patches 0040 and 0042) against the CPU backend, on Mesa's lavapipe.
+"""The Vulkan backend's turbo kernels (patches 0040, 0042, 0044, 0045) against the CPU backend, on lavapipe.
 
 test-backend-ops compares a backend with the CPU backend; lavapipe is a Vulkan driver that runs on the CPU, so a
 machine without a GPU checks the real Vulkan shaders (the turbo quantizer of SET_ROWS, the dequantizers of GET_ROWS
@@ -11,7 +11,8 @@ The Vulkan build takes about 7 minutes on 2 cores, and lavapipe compiles each fl
 head size 128 did not finish in 25 minutes), so the flash-attention cases here are a subset: each turbo type as K
 and V together, q8_0 K with a turbo V and a turbo K with an f16 V, at head size 128, GQA 4 and one query; head size
 64 for turbo3. bench/results/vulkan-lavapipe-turbo-kernels/ has the wider runs (all 21 pairs, head sizes 64 and 256
-for every turbo type, 72 cases).
+for every turbo type, 72 cases). One SmolLM2 run with four KV streams checks that a whole model's cache writes run
+as 0045's fused dispatch.
 """
 
 from __future__ import annotations
@@ -121,3 +122,34 @@ def test_rotation_chain(backend_ops):
 def test_flash_attn(backend_ops, params, count):
     passed, run, _ = run_ops(backend_ops, "FLASH_ATTN_EXT", params, timeout=1200)
     assert (passed, run) == (count, count)
+
+
+@pytest.fixture(scope="module")
+def vk_perplexity(pin, pinned):
+    res = run_build(pinned, pin, BuildSpec(backends=["vulkan"], targets=["llama-perplexity"]), jobs=os.cpu_count())
+    path = res.bin_dir / "llama-perplexity"
+    assert path.is_file()
+    return path
+
+
+def test_cache_writes_fused_in_a_model(vk_perplexity, text_file):
+    """SmolLM2 on lavapipe with 4 sequences per batch: 4 KV streams, so llama.cpp reshapes each cache right before
+    its SET_ROWS, and ggml_vk_graph_optimize reorders a whole model's graph. Every K and V write of the 30 layers
+    must still run as one TURBO_ROT_SET_ROWS dispatch (patch 0045's first form fused none of them here, while
+    test-backend-ops' small graphs fused), and the run must give a sane perplexity."""
+    from tqgguf.models import smollm2_path
+
+    env = dict(os.environ, GGML_VK_VISIBLE_DEVICES="0", GGML_VK_PERF_LOGGER="1")
+    cmd = [str(vk_perplexity), "-m", str(smollm2_path()), "-f", str(text_file), "-c", "128", "-b", "512",
+           "--chunks", "4", "-t", str(os.cpu_count() or 2), "-fa", "on", "-ctk", "turbo3", "-ctv", "turbo3",
+           "-ngl", "99"]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1500)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-3000:]
+    assert "n_seq=4" in out, out[-3000:]
+    fused = [int(n) for n in re.findall(r"^TURBO_ROT_SET_ROWS MUL: (\d+) x", out, re.M)]
+    assert fused and all(n == 60 for n in fused), (fused, out[-3000:])
+    assert not re.search(r"^SET_ROWS", out, re.M), out[-3000:]
+    m = re.search(r"Final estimate: PPL = ([\d.]+)", out)
+    assert m and 1.0 < float(m.group(1)) < 200.0, out[-3000:]
+
