@@ -43,9 +43,15 @@ pytestmark = pytest.mark.skipif(bool(_MISSING), reason="no Vulkan toolchain or l
 
 
 @pytest.fixture(scope="module")
-def backend_ops(pin, pinned):
-    res = run_build(pinned, pin, BuildSpec(backends=["vulkan"], targets=["test-backend-ops"]), jobs=os.cpu_count())
-    path = res.bin_dir / "test-backend-ops"
+def vk_bin(pin, pinned):
+    """The Vulkan build's bin folder, with test-backend-ops and llama-perplexity."""
+    spec = BuildSpec(backends=["vulkan"], targets=["test-backend-ops", "llama-perplexity"])
+    return run_build(pinned, pin, spec, jobs=os.cpu_count()).bin_dir
+
+
+@pytest.fixture(scope="module")
+def backend_ops(vk_bin):
+    path = vk_bin / "test-backend-ops"
     assert path.is_file()
     return path
 
@@ -124,15 +130,7 @@ def test_flash_attn(backend_ops, params, count):
     assert (passed, run) == (count, count)
 
 
-@pytest.fixture(scope="module")
-def vk_perplexity(pin, pinned):
-    res = run_build(pinned, pin, BuildSpec(backends=["vulkan"], targets=["llama-perplexity"]), jobs=os.cpu_count())
-    path = res.bin_dir / "llama-perplexity"
-    assert path.is_file()
-    return path
-
-
-def test_cache_writes_fused_in_a_model(vk_perplexity, text_file):
+def test_cache_writes_fused_in_a_model(vk_bin, text_file):
     """SmolLM2 on lavapipe with 4 sequences per batch: 4 KV streams, so llama.cpp reshapes each cache right before
     its SET_ROWS, and ggml_vk_graph_optimize reorders a whole model's graph. Every K and V write of the 30 layers
     must still run as one TURBO_ROT_SET_ROWS dispatch (patch 0045's first form fused none of them here, while
@@ -140,7 +138,7 @@ def test_cache_writes_fused_in_a_model(vk_perplexity, text_file):
     from tqgguf.models import smollm2_path
 
     env = dict(os.environ, GGML_VK_VISIBLE_DEVICES="0", GGML_VK_PERF_LOGGER="1")
-    cmd = [str(vk_perplexity), "-m", str(smollm2_path()), "-f", str(text_file), "-c", "128", "-b", "512",
+    cmd = [str(vk_bin / "llama-perplexity"), "-m", str(smollm2_path()), "-f", str(text_file), "-c", "128", "-b", "512",
            "--chunks", "4", "-t", str(os.cpu_count() or 2), "-fa", "on", "-ctk", "turbo3", "-ctv", "turbo3",
            "-ngl", "99"]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1500)
