@@ -14,8 +14,9 @@
 #                                              CPY, FLASH_ATTN_EXT) against the CPU backend
 #   bash scripts/h200_vulkan.sh bench          llama-bench -fa 1 -ngl 99 on the Llama-3-8B shape (q4_0 weights):
 #                                              tg128 at VK_DEPTHS (default 0,8192) for VK_CONFIGS (K/V pairs)
-#   bash scripts/h200_vulkan.sh profile        each op's GPU time in decode steps at depth 0 (GGML_VK_PERF_LOGGER)
-#                                              for VK_PROFILE_CONFIGS (default f16, q8_0, turbo3)
+#   bash scripts/h200_vulkan.sh profile        each op's GPU time in decode steps at depth VK_PROFILE_DEPTH (default
+#                                              0; GGML_VK_PERF_LOGGER) for VK_PROFILE_CONFIGS (default f16, q8_0,
+#                                              turbo3)
 # Steps can be chained: bash scripts/h200_vulkan.sh build ops bench. Results go to $OUT (or ./h200-vulkan-out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -97,16 +98,18 @@ for r in rows:
 EOF
 }
 
-step_profile() { # each op's GPU time in a decode step at depth 0 (ggml-vulkan's perf logger), per config
+step_profile() { # each op's GPU time in a decode step at VK_PROFILE_DEPTH (the perf logger), per config
     local model=$MODELS/l3-8b.gguf
     synth_model || return 1
     mkdir -p "$OUT/profile"
-    local configs=${VK_PROFILE_CONFIGS:-f16/f16 q8_0/q8_0 turbo3/turbo3} c
+    local configs=${VK_PROFILE_CONFIGS:-f16/f16 q8_0/q8_0 turbo3/turbo3} c depth=${VK_PROFILE_DEPTH:-0} suffix=
+    [ "$depth" = 0 ] || suffix=-d$depth
     for c in $configs; do
-        log "profile: $c, 16 decode steps at depth 0, each op's time"
-        # the logger prints one table per graph; every 8th graph keeps the output short
+        log "profile: $c, 16 decode steps at depth $depth, each op's time"
+        # the logger prints one table per graph; every 8th graph keeps the output short (the last table is a decode
+        # step's: the prompt that fills the depth runs first)
         GGML_VK_PERF_LOGGER=1 GGML_VK_PERF_LOGGER_FREQUENCY=8 "$BIN/llama-bench" -m "$model" -ngl 99 -fa 1 \
-            -ctk "${c%%/*}" -ctv "${c##*/}" -p 0 -n 16 -r 1 > "$OUT/profile/${c//\//-}.txt" 2>&1 \
+            -ctk "${c%%/*}" -ctv "${c##*/}" -p 0 -n 16 -d "$depth" -r 1 > "$OUT/profile/${c//\//-}$suffix.txt" 2>&1 \
             || log "profile: $c failed"
     done
 }

@@ -1,4 +1,4 @@
-"""The Vulkan backend's turbo kernels (patches 0040, 0042, 0044, 0045) against the CPU backend, on lavapipe.
+"""The Vulkan backend's turbo kernels (patches 0040, 0042, 0044-0047) against the CPU backend, on lavapipe.
 
 test-backend-ops compares a backend with the CPU backend; lavapipe is a Vulkan driver that runs on the CPU, so a
 machine without a GPU checks the real Vulkan shaders (the turbo quantizer of SET_ROWS, the dequantizers of GET_ROWS
@@ -128,6 +128,18 @@ def test_rotation_chain(backend_ops):
 def test_flash_attn(backend_ops, params, count):
     passed, run, _ = run_ops(backend_ops, "FLASH_ATTN_EXT", params, timeout=1200)
     assert (passed, run) == (count, count)
+
+
+def test_flash_attn_staged(backend_ops):
+    """Rows staged through shared memory, as ggml-vulkan does on NVIDIA GPUs (patch 0047 decodes a turbo side there
+    sixteen values per invocation); GGML_VK_FA_SHMEM_STAGING=1 takes that path on lavapipe. Each turbo type as K,
+    turbo2 and turbo3 as V. (A build whose staged decoder scaled one value in four by 0.5 failed here and passed
+    without the switch: bench/results/vulkan-lavapipe-0047/.)"""
+    params = (r"hsk=128,hsv=128,nh=2,nr23=\[4,1\],kv=512,nb=1,.*type_K=(turbo2,type_V=turbo2|turbo3,type_V=turbo3|"
+              r"turbo4,type_V=f16),")
+    passed, run, _ = run_ops(backend_ops, "FLASH_ATTN_EXT", params, timeout=1200,
+                             extra_env={"GGML_VK_FA_SHMEM_STAGING": "1"})
+    assert (passed, run) == (3, 3)
 
 
 def test_cache_writes_fused_in_a_model(vk_bin, text_file):
