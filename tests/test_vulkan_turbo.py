@@ -1,4 +1,4 @@
-"""The Vulkan backend's turbo kernels (patches 0040, 0042, 0044-0048) against the CPU backend, on lavapipe.
+"""The Vulkan backend's turbo kernels (patches 0040, 0042, 0044-0049) against the CPU backend, on lavapipe.
 
 test-backend-ops compares a backend with the CPU backend; lavapipe is a Vulkan driver that runs on the CPU, so a
 machine without a GPU checks the real Vulkan shaders (the turbo quantizer of SET_ROWS, the dequantizers of GET_ROWS
@@ -168,12 +168,28 @@ def test_flash_attn_staged(backend_ops):
     assert (passed, run) == (3, 3)
 
 
+def test_rotations_in_flash_attn(backend_ops):
+    """Patch 0049: Q's turbo rotation, the attention and the output's rotation as one fused group (TURBO_ROT_FATTN),
+    both rotations inside the scalar shader: a cache of 64 rows in one part (the output rotated by the attention
+    shader itself) and one of 1024 rows split over workgroups (rotated by the merge, fa_split_k_reduce_rot). The two
+    cases share one pipeline, which lavapipe compiles in about 2 minutes on 2 cores. The perf logger must show the
+    fused group alone, with no rotation dispatch left over."""
+    params = r"^type_K=turbo3,type_V=turbo3,d=128,n_head=8,n_head_kv=2,n_tokens=1,n_kv=(64|1024),rot_v=128$"
+    passed, run, out = run_ops(backend_ops, "TURBO_ROT_FATTN", params, timeout=1200,
+                               extra_env={"GGML_VK_PERF_LOGGER": "1"})
+    assert (passed, run) == (2, 2)
+    assert len(re.findall(r"^TURBO_ROT_FATTN MUL: 1 x", out, re.M)) == 2, out[-3000:]
+    assert not re.search(r"^(MUL_FWHT_MUL|FLASH_ATTN_EXT|MUL_MAT|MUL)\b", out, re.M), out[-3000:]
+
+
 def test_cache_writes_fused_in_a_model(vk_bin, text_file):
     """SmolLM2 on lavapipe with 4 sequences per batch: 4 KV streams, so llama.cpp reshapes each cache right before
     its SET_ROWS, and ggml_vk_graph_optimize reorders a whole model's graph. Every K and V write of the 30 layers
     must still run as one dispatch, K's with its RoPE (0048's ROPE_TURBO_ROT_SET_ROWS), V's as 0045's
     TURBO_ROT_SET_ROWS (0045's first form fused none of them here, while test-backend-ops' small graphs fused), and
-    the run must give a sane perplexity. (With GGML_VK_DISABLE_FUSION=1 the same run gave the same PPL, 42.0169.)"""
+    the run must give a sane perplexity. (With GGML_VK_DISABLE_FUSION=1 the same run gave the same PPL, 42.0169.)
+    The attention runs with its rotations as one group (0049's TURBO_ROT_FATTN) in every layer; in the last one Q's
+    rotation runs on its own, as llama.cpp puts the GET_ROWS of the output rows between it and the attention."""
     from tqgguf.models import smollm2_path
 
     env = dict(os.environ, GGML_VK_VISIBLE_DEVICES="0", GGML_VK_PERF_LOGGER="1")
@@ -190,6 +206,10 @@ def test_cache_writes_fused_in_a_model(vk_bin, text_file):
     assert k_writes and all(n == 30 for n in k_writes), (k_writes, out[-3000:])
     assert v_writes and all(n == 30 for n in v_writes), (v_writes, out[-3000:])
     assert not re.search(r"^SET_ROWS", out, re.M), out[-3000:]
+    for table in out.split("Vulkan Timings:")[1:]:
+        groups = sum(int(n) for n in re.findall(r"^TURBO_ROT_FATTN \w+\b.*?: (\d+) x", table, re.M))
+        alone = sum(int(n) for n in re.findall(r"^MUL_FWHT_MUL MUL: (\d+) x", table, re.M))
+        assert groups == 30 and alone <= 1, (groups, alone, table[-2000:])
     m = re.search(r"Final estimate: PPL = ([\d.]+)", out)
     assert m and 1.0 < float(m.group(1)) < 200.0, out[-3000:]
 

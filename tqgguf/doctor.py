@@ -70,9 +70,9 @@ NO_TURBO_KERNELS_NOTE = ("no turbo kernels: turbo caches run on the CPU only (-n
                          "layers on this GPU")
 # Vulkan's turbo kernels (patch 0040) match the CPU backend on Mesa's lavapipe and on an H200's NVIDIA driver, where
 # they decode somewhat slower than f16 at short context (bench/results/vulkan-h200/: 0.64-0.79x before 0042,
-# 0.92-0.96x with 0048) and at about f16's speed at depth 32768 (d32768-0048/)
+# 0.92-0.96x with 0048, 0.96-0.97x with 0049 (ab-0049/)) and at about f16's speed at depth 32768 (d32768-0049/)
 VULKAN_TURBO_NOTE = ("turbo caches: kernels match the CPU (test-backend-ops on lavapipe and an NVIDIA GPU) but "
-                     "decoded at 0.92-0.96x an f16 cache's speed on that GPU at depths 0 and 8192 (about 1x at "
+                     "decoded at 0.96-0.97x an f16 cache's speed on that GPU at depths 0 and 8192 (about 1x at "
                      "32768); flash attention with a turbo side takes the scalar shader")
 
 Which = Callable[[str], "str | None"]
