@@ -13,10 +13,12 @@
 #   bash scripts/h200_vulkan.sh ops            test-backend-ops -b Vulkan0 on every turbo case (SET_ROWS, GET_ROWS,
 #                                              CPY, FLASH_ATTN_EXT) against the CPU backend
 #   bash scripts/h200_vulkan.sh bench          llama-bench -fa 1 -ngl 99 on the Llama-3-8B shape (q4_0 weights):
-#                                              tg128 at VK_DEPTHS (default 0,8192) for VK_CONFIGS (K/V pairs)
+#                                              tg128 at VK_DEPTHS (default 0,8192) for VK_CONFIGS (K/V pairs),
+#                                              and a prompt of VK_PROMPT tokens (default 0: none)
 #   bash scripts/h200_vulkan.sh profile        each op's GPU time in decode steps at depth VK_PROFILE_DEPTH (default
 #                                              0; GGML_VK_PERF_LOGGER) for VK_PROFILE_CONFIGS (default f16, q8_0,
 #                                              turbo3)
+#   bash scripts/h200_vulkan.sh unpack         only unpack the tree and the SDK (to patch the tree before a build)
 # Steps can be chained: bash scripts/h200_vulkan.sh build ops bench. Results go to $OUT (or ./h200-vulkan-out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -25,15 +27,22 @@ H=$ROOT/.h200
 UNPACK=${VK_UNPACK_DIR:-/tmp/tq-vulkan-src}
 SRC=$UNPACK/llama.cpp
 SDK=$UNPACK/vulkan-sdk
-BUILD=${VK_BUILD_DIR:-/tmp/tq-vulkan-build}
+BUILD=${VK_BUILD_DIR:-/tmp/tq-vulkan-build${VK_SDK_OVERLAY:+-overlay}}
 OUT=${OUT:-$ROOT/h200-vulkan-out}
 MODELS=${VK_MODELS:-/tmp/tq-vulkan-models}
 mkdir -p "$OUT" "$MODELS"
 log() { echo "[$(date +%H:%M:%S)] $*" | tee -a "$OUT/steps.log"; }
 
 [ -f "$H/vulkan.tar.gz" ] || { echo "run scripts/prepare_h200.py --vulkan first" >&2; exit 2; }
-if ! cmp -s "$H/vulkan.tar.gz" "$UNPACK/vulkan.tar.gz" 2>/dev/null; then
+# VK_SDK_OVERLAY: an archive unpacked over the SDK (bench/experiments/vulkan-sdk-trixie.sh: a glslc with the
+# cooperative-matrix extensions and the headers to match); it gets a build directory of its own
+overlay=${VK_SDK_OVERLAY:-}
+if ! cmp -s "$H/vulkan.tar.gz" "$UNPACK/vulkan.tar.gz" 2>/dev/null || [ "$(cat "$UNPACK/overlay.txt" 2>/dev/null)" != "$overlay" ]; then
     rm -rf "$UNPACK" && mkdir -p "$UNPACK" && tar -xzf "$H/vulkan.tar.gz" -C "$UNPACK" && cp "$H/vulkan.tar.gz" "$UNPACK/"
+    if [ -n "$overlay" ]; then
+        tar -xzf "$overlay" -C "$UNPACK/vulkan-sdk" || { echo "cannot unpack $overlay" >&2; exit 2; }
+    fi
+    echo "$overlay" > "$UNPACK/overlay.txt"
 fi
 export VULKAN_SDK=$SDK PATH=$SDK/bin:$PATH LD_LIBRARY_PATH=$SDK/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PYTHONPATH=$ROOT:$SRC/gguf-py${PYTHONPATH:+:$PYTHONPATH} # tqgguf synth imports gguf (the machine has none)
@@ -81,20 +90,21 @@ step_bench() {
     local depths=${VK_DEPTHS:-0,8192}
     local configs=${VK_CONFIGS:-"f16/f16 q8_0/q8_0 turbo3/turbo3 turbo4/turbo4 turbo2/turbo2 q8_0/turbo4"}
     for c in $configs; do
-        log "bench: $c, tg128 at d $depths"
-        "$BIN/llama-bench" -m "$model" -ngl 99 -fa 1 -ctk "${c%%/*}" -ctv "${c##*/}" -p 0 -n 128 -d "$depths" -r 2 \
+        log "bench: $c, tg128${VK_PROMPT:+ and pp$VK_PROMPT} at d $depths"
+        "$BIN/llama-bench" -m "$model" -ngl 99 -fa 1 -ctk "${c%%/*}" -ctv "${c##*/}" -p "${VK_PROMPT:-0}" -n 128 -d "$depths" -r 2 \
             -o jsonl >> "$OUT/bench.jsonl" 2>> "$OUT/bench.err" || log "bench: $c failed ($(tail -1 "$OUT/bench.err"))"
     done
     python3 - "$OUT/bench.jsonl" <<'EOF' | tee "$OUT/summary.txt"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-f16 = {r["n_depth"]: r["avg_ts"] for r in rows if r["type_k"] == "f16" and r["type_v"] == "f16"}
-print("| K/V | depth | tg128 t/s | x f16 |")
-print("| --- | --- | --- | --- |")
+test = lambda r: f"pp{r['n_prompt']}" if r["n_gen"] == 0 else f"tg{r['n_gen']}"
+f16 = {(test(r), r["n_depth"]): r["avg_ts"] for r in rows if r["type_k"] == "f16" and r["type_v"] == "f16"}
+print("| K/V | test | depth | t/s | x f16 |")
+print("| --- | --- | --- | --- | --- |")
 for r in rows:
-    base = f16.get(r["n_depth"])
-    print(f"| {r['type_k']}/{r['type_v']} | {r['n_depth']} | {r['avg_ts']:.1f} | "
-          f"{r['avg_ts'] / base:.2f} |" if base else f"| {r['type_k']}/{r['type_v']} | {r['n_depth']} | {r['avg_ts']:.1f} | |")
+    base = f16.get((test(r), r["n_depth"]))
+    print(f"| {r['type_k']}/{r['type_v']} | {test(r)} | {r['n_depth']} | {r['avg_ts']:.1f} | "
+          + (f"{r['avg_ts'] / base:.2f} |" if base else " |"))
 EOF
 }
 
@@ -117,6 +127,7 @@ step_profile() { # each op's GPU time in a decode step at VK_PROFILE_DEPTH (the 
 [ $# -gt 0 ] || set -- build ops bench
 for s in "$@"; do
     case $s in
+        unpack) ;;
         build) step_build || exit 1 ;;
         ops) step_ops ;;
         bench) step_bench ;;

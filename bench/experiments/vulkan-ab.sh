@@ -6,18 +6,24 @@
 # depths 0 and 8192 need about 330 s after the build. Run `scripts/h200_vulkan.sh build bench` first (the build and
 # the synthetic Llama-3-8B model), then, with OUT set:
 #   VK_AB_PATCHES="patches/0046-... patches/0047-..." bash bench/experiments/vulkan-ab.sh
+# VK_AB_ENV="VAR=value" instead of VK_AB_PATCHES: "without" is the same build run with that setting (a switch that a
+# measurement diff adds), so nothing is rebuilt.
+# VK_AB_PROMPT=N adds a prompt of N tokens to each run (llama-bench -p N; default 0: decode only). With
+# VK_SDK_OVERLAY set (as for h200_vulkan.sh), the build folder is that of the overlay's build.
 # Output: $OUT/ab/<variant>-r<round>.jsonl, $OUT/ab/long.jsonl and $OUT/ab/summary.txt (each round's ratio to f16).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 UNPACK=${VK_UNPACK_DIR:-/tmp/tq-vulkan-src}
 SRC=$UNPACK/llama.cpp
-BUILD=${VK_BUILD_DIR:-/tmp/tq-vulkan-build}
+BUILD=${VK_BUILD_DIR:-/tmp/tq-vulkan-build${VK_SDK_OVERLAY:+-overlay}}
 MODEL=${VK_MODELS:-/tmp/tq-vulkan-models}/l3-8b.gguf
 OUT=${OUT:-$ROOT/h200-vulkan-out}
 export VULKAN_SDK=$UNPACK/vulkan-sdk PATH=$UNPACK/vulkan-sdk/bin:$PATH
 export LD_LIBRARY_PATH=$UNPACK/vulkan-sdk/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-PATCHES=${VK_AB_PATCHES:?name the patches to reverse}
+AB_ENV=${VK_AB_ENV:-}
+PATCHES=${VK_AB_PATCHES:-}
+[ -n "$PATCHES$AB_ENV" ] || { echo "name the patches to reverse (VK_AB_PATCHES) or a setting (VK_AB_ENV)" >&2; exit 2; }
 ROUNDS=${VK_AB_ROUNDS:-2}
 DEPTHS=${VK_AB_DEPTHS:-0,8192}
 CONFIGS=${VK_AB_CONFIGS:-f16/f16 turbo3/turbo3 turbo2/turbo2 turbo4/turbo4}
@@ -26,6 +32,7 @@ log() { echo "[$(date +%H:%M:%S)] $*" | tee -a "$OUT/ab/steps.log"; }
 [ -f "$MODEL" ] || { echo "no model at $MODEL: run scripts/h200_vulkan.sh build bench first" >&2; exit 2; }
 
 switch() { # series | without
+    [ -z "$AB_ENV" ] || return 0 # the setting is applied per run
     local p list=""
     for p in $PATCHES; do list="$p $list"; done # reversed
     if [ "$1" = without ]; then
@@ -39,10 +46,11 @@ switch() { # series | without
 }
 
 bench() { # variant round
-    local c
+    local c setting=()
+    [ "$1" = without ] && [ -n "$AB_ENV" ] && setting=("$AB_ENV")
     for c in $CONFIGS; do
-        "$BUILD/bin/llama-bench" -m "$MODEL" -ngl 99 -fa 1 -ctk "${c%%/*}" -ctv "${c##*/}" -p 0 -n 128 \
-            -d "$DEPTHS" -r 2 -o jsonl >> "$OUT/ab/$1-r$2.jsonl" 2>> "$OUT/ab/bench.err" || log "$1 $c failed"
+        env "${setting[@]}" "$BUILD/bin/llama-bench" -m "$MODEL" -ngl 99 -fa 1 -ctk "${c%%/*}" -ctv "${c##*/}" -p "${VK_AB_PROMPT:-0}" \
+            -n 128 -d "$DEPTHS" -r 2 -o jsonl >> "$OUT/ab/$1-r$2.jsonl" 2>> "$OUT/ab/bench.err" || log "$1 $c failed"
     done
     log "$1 round $2 done"
 }
@@ -65,15 +73,16 @@ fi
 
 python3 - "$OUT/ab" <<'EOF' | tee "$OUT/ab/summary.txt"
 import glob, json, os, sys
-print("| variant | round | K/V | depth | tg128 t/s | x f16 |")
-print("| --- | --- | --- | --- | --- | --- |")
+print("| variant | round | K/V | test | depth | t/s | x f16 |")
+print("| --- | --- | --- | --- | --- | --- | --- |")
+test = lambda r: f"pp{r['n_prompt']}" if r["n_gen"] == 0 else f"tg{r['n_gen']}"
 for path in sorted(glob.glob(os.path.join(sys.argv[1], "*.jsonl"))):
     rows = [json.loads(l) for l in open(path) if l.strip()]
     name = os.path.basename(path)[:-6]
     variant, _, rnd = name.rpartition("-r") if "-r" in name else (name, "", "")
-    f16 = {r["n_depth"]: r["avg_ts"] for r in rows if r["type_k"] == "f16" and r["type_v"] == "f16"}
+    f16 = {(test(r), r["n_depth"]): r["avg_ts"] for r in rows if r["type_k"] == "f16" and r["type_v"] == "f16"}
     for r in rows:
-        base = f16.get(r["n_depth"])
+        base = f16.get((test(r), r["n_depth"]))
         ratio = f"{r['avg_ts'] / base:.3f}" if base else ""
-        print(f"| {variant} | {rnd} | {r['type_k']}/{r['type_v']} | {r['n_depth']} | {r['avg_ts']:.1f} | {ratio} |")
+        print(f"| {variant} | {rnd} | {r['type_k']}/{r['type_v']} | {test(r)} | {r['n_depth']} | {r['avg_ts']:.1f} | {ratio} |")
 EOF
