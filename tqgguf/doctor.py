@@ -73,7 +73,9 @@ NO_TURBO_KERNELS_NOTE = ("no turbo kernels: turbo caches run on the CPU only (-n
 # 0.92-0.96x with 0048, 0.96-0.97x with 0049 (ab-0049/)) and at about f16's speed at depth 32768 (d32768-0049/)
 VULKAN_TURBO_NOTE = ("turbo caches: kernels match the CPU (test-backend-ops on lavapipe and an NVIDIA GPU) but "
                      "decoded at 0.96-0.97x an f16 cache's speed on that GPU at depths 0 and 8192 (about 1x at "
-                     "32768); flash attention with a turbo side takes the scalar shader")
+                     "32768, measured without cooperative-matrix shaders for f16 either); flash attention with a "
+                     "turbo side takes the scalar shader, also for prompts, where f16 may use the "
+                     "cooperative-matrix shaders (not measured)")
 
 Which = Callable[[str], "str | None"]
 Run = Callable[..., "subprocess.CompletedProcess"]

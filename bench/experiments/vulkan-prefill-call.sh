@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# One device call: the Vulkan backend built with a cooperative-matrix glslc (vulkan-sdk-trixie.sh), then patch 0050
-# (turbo caches to f16 for flash attention's prefill) against the series without it, on one build, through the
-# switch of vulkan-turbo-dequant-kv-env.diff: llama-bench with a 512-token prompt and tg128 at depths 0 and 8192,
+# One device call: the Vulkan backend built with a cooperative-matrix glslc (vulkan-sdk-trixie.sh) and
+# vulkan-turbo-prefill-f16.diff (turbo caches to f16 for flash attention's prefill), measured against the series
+# without it on one build through the switch of vulkan-turbo-dequant-kv-env.diff (GGML_VK_TURBO_DEQUANT_KV=0): llama-bench with a 512-token prompt and tg128 at depths 0 and 8192,
 # and test-backend-ops on the prefill cases. Carry [".h200/vulkan.tar.gz", ".h200/commit.txt",
 # ".h200/vulkan-sdk-trixie.tar.gz", ".gl"] and run from the repository root:
 #   for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig; OUT=/tmp/vo bash bench/experiments/vulkan-prefill-call.sh
@@ -19,8 +19,9 @@ for step in ${VPC_STEPS:-build ab ops}; do
     build)
         bash scripts/h200_vulkan.sh unpack || exit 1
         if ! grep -q GGML_VK_TURBO_DEQUANT_KV /tmp/tq-vulkan-src/llama.cpp/ggml/src/ggml-vulkan/ggml-vulkan.cpp; then
-            (cd /tmp/tq-vulkan-src/llama.cpp && patch -p1 < "$ROOT/bench/experiments/vulkan-turbo-dequant-kv-env.diff") \
-                || exit 1
+            for d in vulkan-turbo-prefill-f16 vulkan-turbo-dequant-kv-env; do
+                (cd /tmp/tq-vulkan-src/llama.cpp && patch -p1 < "$ROOT/bench/experiments/$d.diff") || exit 1
+            done
         fi
         bash scripts/h200_vulkan.sh build || exit 1
         ;;
