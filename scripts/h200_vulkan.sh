@@ -37,7 +37,8 @@ log() { echo "[$(date +%H:%M:%S)] $*" | tee -a "$OUT/steps.log"; }
 # VK_SDK_OVERLAY: an archive unpacked over the SDK (bench/experiments/vulkan-sdk-trixie.sh: a glslc with the
 # cooperative-matrix extensions and the headers to match); it gets a build directory of its own
 overlay=${VK_SDK_OVERLAY:-}
-if ! cmp -s "$H/vulkan.tar.gz" "$UNPACK/vulkan.tar.gz" 2>/dev/null || [ "$(cat "$UNPACK/overlay.txt" 2>/dev/null)" != "$overlay" ]; then
+if ! cmp -s "$H/vulkan.tar.gz" "$UNPACK/vulkan.tar.gz" 2>/dev/null \
+   || [ "$(cat "$UNPACK/overlay.txt" 2>/dev/null)" != "$overlay" ]; then
     rm -rf "$UNPACK" && mkdir -p "$UNPACK" && tar -xzf "$H/vulkan.tar.gz" -C "$UNPACK" && cp "$H/vulkan.tar.gz" "$UNPACK/"
     if [ -n "$overlay" ]; then
         tar -xzf "$overlay" -C "$UNPACK/vulkan-sdk" || { echo "cannot unpack $overlay" >&2; exit 2; }
@@ -91,7 +92,8 @@ step_bench() {
     local configs=${VK_CONFIGS:-"f16/f16 q8_0/q8_0 turbo3/turbo3 turbo4/turbo4 turbo2/turbo2 q8_0/turbo4"}
     for c in $configs; do
         log "bench: $c, tg128${VK_PROMPT:+ and pp$VK_PROMPT} at d $depths"
-        "$BIN/llama-bench" -m "$model" -ngl 99 -fa 1 -ctk "${c%%/*}" -ctv "${c##*/}" -p "${VK_PROMPT:-0}" -n 128 -d "$depths" -r 2 \
+        "$BIN/llama-bench" -m "$model" -ngl 99 -fa 1 -ctk "${c%%/*}" -ctv "${c##*/}" -p "${VK_PROMPT:-0}" -n 128 \
+            -d "$depths" -r 2 \
             -o jsonl >> "$OUT/bench.jsonl" 2>> "$OUT/bench.err" || log "bench: $c failed ($(tail -1 "$OUT/bench.err"))"
     done
     python3 - "$OUT/bench.jsonl" <<'EOF' | tee "$OUT/summary.txt"

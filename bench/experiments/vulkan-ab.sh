@@ -49,8 +49,9 @@ bench() { # variant round
     local c setting=()
     [ "$1" = without ] && [ -n "$AB_ENV" ] && setting=("$AB_ENV")
     for c in $CONFIGS; do
-        env "${setting[@]}" "$BUILD/bin/llama-bench" -m "$MODEL" -ngl 99 -fa 1 -ctk "${c%%/*}" -ctv "${c##*/}" -p "${VK_AB_PROMPT:-0}" \
-            -n 128 -d "$DEPTHS" -r 2 -o jsonl >> "$OUT/ab/$1-r$2.jsonl" 2>> "$OUT/ab/bench.err" || log "$1 $c failed"
+        env "${setting[@]}" "$BUILD/bin/llama-bench" -m "$MODEL" -ngl 99 -fa 1 -ctk "${c%%/*}" -ctv "${c##*/}" \
+            -p "${VK_AB_PROMPT:-0}" -n 128 -d "$DEPTHS" -r 2 -o jsonl >> "$OUT/ab/$1-r$2.jsonl" 2>> "$OUT/ab/bench.err" \
+            || log "$1 $c failed"
     done
     log "$1 round $2 done"
 }
@@ -84,5 +85,6 @@ for path in sorted(glob.glob(os.path.join(sys.argv[1], "*.jsonl"))):
     for r in rows:
         base = f16.get((test(r), r["n_depth"]))
         ratio = f"{r['avg_ts'] / base:.3f}" if base else ""
-        print(f"| {variant} | {rnd} | {r['type_k']}/{r['type_v']} | {test(r)} | {r['n_depth']} | {r['avg_ts']:.1f} | {ratio} |")
+        print(f"| {variant} | {rnd} | {r['type_k']}/{r['type_v']} | {test(r)} | {r['n_depth']} | {r['avg_ts']:.1f} "
+              f"| {ratio} |")
 EOF
