@@ -93,21 +93,10 @@ step_bench() {
     for c in $configs; do
         log "bench: $c, tg128${VK_PROMPT:+ and pp$VK_PROMPT} at d $depths"
         "$BIN/llama-bench" -m "$model" -ngl 99 -fa 1 -ctk "${c%%/*}" -ctv "${c##*/}" -p "${VK_PROMPT:-0}" -n 128 \
-            -d "$depths" -r 2 \
-            -o jsonl >> "$OUT/bench.jsonl" 2>> "$OUT/bench.err" || log "bench: $c failed ($(tail -1 "$OUT/bench.err"))"
+            -d "$depths" -r 2 -o jsonl >> "$OUT/bench.jsonl" 2>> "$OUT/bench.err" \
+            || log "bench: $c failed ($(tail -1 "$OUT/bench.err"))"
     done
-    python3 - "$OUT/bench.jsonl" <<'EOF' | tee "$OUT/summary.txt"
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-test = lambda r: f"pp{r['n_prompt']}" if r["n_gen"] == 0 else f"tg{r['n_gen']}"
-f16 = {(test(r), r["n_depth"]): r["avg_ts"] for r in rows if r["type_k"] == "f16" and r["type_v"] == "f16"}
-print("| K/V | test | depth | t/s | x f16 |")
-print("| --- | --- | --- | --- | --- |")
-for r in rows:
-    base = f16.get((test(r), r["n_depth"]))
-    print(f"| {r['type_k']}/{r['type_v']} | {test(r)} | {r['n_depth']} | {r['avg_ts']:.1f} | "
-          + (f"{r['avg_ts'] / base:.2f} |" if base else " |"))
-EOF
+    python3 "$ROOT/scripts/bench_rounds.py" "$OUT/bench.jsonl" | tee "$OUT/summary.txt"
 }
 
 step_profile() { # each op's GPU time in a decode step at VK_PROFILE_DEPTH (the perf logger), per config

@@ -10,7 +10,9 @@
 # measurement diff adds), so nothing is rebuilt.
 # VK_AB_PROMPT=N adds a prompt of N tokens to each run (llama-bench -p N; default 0: decode only). With
 # VK_SDK_OVERLAY set (as for h200_vulkan.sh), the build folder is that of the overlay's build.
-# Output: $OUT/ab/<variant>-r<round>.jsonl, $OUT/ab/long.jsonl and $OUT/ab/summary.txt (each round's ratio to f16).
+# Output: $OUT/ab/bench.jsonl (each line with its "setting", default or without, and its "round"), $OUT/ab/long.jsonl
+# and scripts/bench_rounds.py's tables of them, $OUT/ab/summary.txt and long-summary.txt (ratios to the series' f16,
+# pooled and per round; "without" rows are labelled so).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -46,12 +48,15 @@ switch() { # series | without
 }
 
 bench() { # variant round
-    local c setting=()
+    local c setting=() tag=default
+    [ "$1" = without ] && tag=without
     [ "$1" = without ] && [ -n "$AB_ENV" ] && setting=("$AB_ENV")
     for c in $CONFIGS; do
+        # each JSON line gets the variant ("default" for the series) and the round, for scripts/bench_rounds.py
         env "${setting[@]}" "$BUILD/bin/llama-bench" -m "$MODEL" -ngl 99 -fa 1 -ctk "${c%%/*}" -ctv "${c##*/}" \
-            -p "${VK_AB_PROMPT:-0}" -n 128 -d "$DEPTHS" -r 2 -o jsonl >> "$OUT/ab/$1-r$2.jsonl" 2>> "$OUT/ab/bench.err" \
-            || log "$1 $c failed"
+            -p "${VK_AB_PROMPT:-0}" -n 128 -d "$DEPTHS" -r 2 -o jsonl 2>> "$OUT/ab/bench.err" \
+            | sed "s|^{|{\"setting\": \"$tag\", \"round\": $2, |" >> "$OUT/ab/bench.jsonl"
+        [ "${PIPESTATUS[0]}" = 0 ] || log "$1 $c failed"
     done
     log "$1 round $2 done"
 }
@@ -72,19 +77,7 @@ if [ -n "${VK_AB_LONG_DEPTH:-}" ]; then
     log "long depth done"
 fi
 
-python3 - "$OUT/ab" <<'EOF' | tee "$OUT/ab/summary.txt"
-import glob, json, os, sys
-print("| variant | round | K/V | test | depth | t/s | x f16 |")
-print("| --- | --- | --- | --- | --- | --- | --- |")
-test = lambda r: f"pp{r['n_prompt']}" if r["n_gen"] == 0 else f"tg{r['n_gen']}"
-for path in sorted(glob.glob(os.path.join(sys.argv[1], "*.jsonl"))):
-    rows = [json.loads(l) for l in open(path) if l.strip()]
-    name = os.path.basename(path)[:-6]
-    variant, _, rnd = name.rpartition("-r") if "-r" in name else (name, "", "")
-    f16 = {(test(r), r["n_depth"]): r["avg_ts"] for r in rows if r["type_k"] == "f16" and r["type_v"] == "f16"}
-    for r in rows:
-        base = f16.get((test(r), r["n_depth"]))
-        ratio = f"{r['avg_ts'] / base:.3f}" if base else ""
-        print(f"| {variant} | {rnd} | {r['type_k']}/{r['type_v']} | {test(r)} | {r['n_depth']} | {r['avg_ts']:.1f} "
-              f"| {ratio} |")
-EOF
+python3 "$ROOT/scripts/bench_rounds.py" "$OUT/ab/bench.jsonl" | tee "$OUT/ab/summary.txt"
+if [ -s "$OUT/ab/long.jsonl" ]; then
+    python3 "$ROOT/scripts/bench_rounds.py" "$OUT/ab/long.jsonl" | tee "$OUT/ab/long-summary.txt"
+fi

@@ -2,8 +2,8 @@
 # One device call: the Vulkan backend built with a cooperative-matrix glslc (vulkan-sdk-trixie.sh) and
 # vulkan-turbo-prefill-f16.diff (turbo caches to f16 for flash attention's prefill), measured against the series
 # without it on one build through the switch of vulkan-turbo-dequant-kv-env.diff (GGML_VK_TURBO_DEQUANT_KV=0):
-# llama-bench with a 512-token prompt and tg128 at depths 0 and 8192 (in vulkan-ab.sh's summary, "series" is the
-# diff's path and "without" the series' own), and test-backend-ops on patch 0050's prefill cases.
+# llama-bench with a 512-token prompt and tg128 at depths 0 and 8192 (in vulkan-ab.sh's summary, plain labels are
+# the diff's path and "... without" the series' own), and test-backend-ops on patch 0050's prefill cases.
 # Carry [".h200/vulkan.tar.gz", ".h200/commit.txt", ".h200/vulkan-sdk-trixie.tar.gz", ".gl"] and run from the
 # repository root:
 #   for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig; OUT=/tmp/vo bash bench/experiments/vulkan-prefill-call.sh
