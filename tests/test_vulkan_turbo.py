@@ -1,4 +1,4 @@
-"""The Vulkan backend's turbo kernels (patches 0040, 0042, 0044-0050) against the CPU backend, on lavapipe.
+"""The Vulkan backend's turbo kernels (patches 0040, 0042, 0044-0051) against the CPU backend, on lavapipe.
 
 test-backend-ops compares a backend with the CPU backend; lavapipe is a Vulkan driver that runs on the CPU, so a
 machine without a GPU checks the real Vulkan shaders (the turbo quantizer of SET_ROWS, the dequantizers of GET_ROWS
@@ -184,13 +184,16 @@ def test_rotations_in_flash_attn(backend_ops):
     assert not re.search(r"^(MUL_FWHT_MUL|FLASH_ATTN_EXT|MUL_MAT|MUL)\b", out, re.M), out[-3000:]
 
 
-def test_prefill_in_the_cache_layout(backend_ops):
+@pytest.mark.parametrize("setting", [{}, {"GGML_VK_DISABLE_TURBO_DEQUANT_KV": "1"}], ids=["f16-scratch", "scalar"])
+def test_prefill_in_the_cache_layout(backend_ops, setting):
     """Patch 0050's cases: attention over turbo caches in llama.cpp's own layout (a token's heads side by side) at
     prompt sizes, 64 queries (whole blocks of rows) and 100 (a partial one), with Q's and the output's rotations.
-    The other Vulkan cases here have at most 8 queries over contiguous caches. One process per run: Mesa 22.3's
+    The other Vulkan cases here have at most 8 queries over contiguous caches. Both prompt paths: patch 0051's
+    (the cache expanded to an f16 scratch by dequant_turbo_transpose.comp, then the f16 shader) and, with
+    GGML_VK_DISABLE_TURBO_DEQUANT_KV, the scalar shader on the turbo codes. One process per run: Mesa 22.3's
     lavapipe dies in its heap in longer runs (see test_rotation_chain)."""
     params = r"^type_K=turbo3,type_V=turbo3,d=64,n_head=8,n_head_kv=2,n_tokens=(64|100),n_kv=512,rot_v=64,cache_layout=1$"
-    passed, run, _ = run_ops(backend_ops, "TURBO_ROT_FATTN", params, timeout=1200)
+    passed, run, _ = run_ops(backend_ops, "TURBO_ROT_FATTN", params, timeout=1200, extra_env=setting)
     assert (passed, run) == (2, 2)
 
 
