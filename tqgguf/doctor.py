@@ -70,12 +70,13 @@ NO_TURBO_KERNELS_NOTE = ("no turbo kernels: turbo caches run on the CPU only (-n
                          "layers on this GPU")
 # Vulkan's turbo kernels (patch 0040) match the CPU backend on Mesa's lavapipe and on an H200's NVIDIA driver, where
 # they decode somewhat slower than f16 at short context (bench/results/vulkan-h200/: 0.64-0.79x before 0042,
-# 0.92-0.96x with 0048, 0.96-0.97x with 0049 (ab-0049/)) and at about f16's speed at depth 32768 (d32768-0049/)
-VULKAN_TURBO_NOTE = ("turbo caches: kernels match the CPU (test-backend-ops on lavapipe and an NVIDIA GPU) but "
-                     "decoded at 0.96-0.97x an f16 cache's speed on that GPU at depths 0 and 8192 (about 1x at "
-                     "32768, measured without cooperative-matrix shaders for f16 either); flash attention with a "
-                     "turbo side takes the scalar shader, also for prompts, where f16 may use the "
-                     "cooperative-matrix shaders (not measured)")
+# 0.96-0.97x with 0049 (ab-0049/), 0.93-0.98x on a cooperative-matrix build (coopmat-prefill/)) and at about f16's
+# speed at depth 32768 (d32768-0049/); prompts convert quantized K and V to f16 (0051: 0.88-0.91x f16 at depth 8192
+# against 0.37-0.41x on the scalar shader with coopmat2, coopmat-prefill/)
+VULKAN_TURBO_NOTE = ("turbo caches: kernels match the CPU (test-backend-ops on lavapipe and an NVIDIA GPU); on that "
+                     "GPU decode runs at 0.93-0.98x an f16 cache's speed at depths 0 and 8192 (about 1x at 32768) "
+                     "and prompts at 0.88-0.98x, through an f16 scratch of one layer's K and V when both sides are "
+                     "quantized (pair a turbo side with q8_0, not f16)")
 
 Which = Callable[[str], "str | None"]
 Run = Callable[..., "subprocess.CompletedProcess"]
