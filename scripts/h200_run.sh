@@ -34,11 +34,18 @@
 #                                           (q4_0 weights): GQA 8 at head size 128, a Gemma-3-12B-like head size 256
 #                                           with sliding-window layers, head size 64; one jsonl and summary each
 #                                           (TQ_SHAPES: names to run, in order; TQ_SHAPES_CONFIGS: the configs)
+#   bash scripts/h200_run.sh unpack         only unpack .h200/llama.cpp.tar.gz (every step does that first where needed)
 # Steps can be combined: bash scripts/h200_run.sh build ops bench
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SRC=$ROOT/.h200/llama.cpp
+# the tree travels packed (prepare_h200.py's llama.cpp.tar.gz); unpacked once per machine, or again for a newer archive
+if [ -f "$ROOT/.h200/llama.cpp.tar.gz" ] && { [ ! -d "$SRC" ] || [ "$ROOT/.h200/llama.cpp.tar.gz" -nt "$SRC/.unpacked" ]; }; then
+    rm -rf "$SRC" && tar -xzf "$ROOT/.h200/llama.cpp.tar.gz" -C "$ROOT/.h200" && touch "$SRC/.unpacked" \
+        || { echo "cannot unpack .h200/llama.cpp.tar.gz" >&2; exit 2; }
+fi
+[ -d "$SRC" ] || { echo "no .h200/llama.cpp: run scripts/prepare_h200.py and carry .h200/llama.cpp.tar.gz" >&2; exit 2; }
 BUILD=${TQ_BUILD:-$ROOT/h200-out/build}
 OUT=${OUT:-$ROOT/h200-out}
 MODELS=${TQ_MODELS:-/tmp/tq-models}
@@ -345,11 +352,12 @@ step_prefill() { # per-launch time of the prefill attention kernels, a third of 
     done
 }
 
-STEPS='build|ops|parity|bench|diag|profile|sass|kernels|census|prefill|fusion|streams|shapes' # the step names, for bench's optional arguments
+STEPS='unpack|build|ops|parity|bench|diag|profile|sass|kernels|census|prefill|fusion|streams|shapes' # the step names, for bench's optional arguments
 
 device_info
 while [ $# -gt 0 ]; do
     case $1 in
+        unpack) shift ;; # (done above, before any step)
         build)  step_build || exit 1; shift ;;
         ops)    step_ops; shift ;;
         parity) step_parity; shift ;;

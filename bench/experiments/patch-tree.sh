@@ -2,6 +2,8 @@
 # a warm machine's build directory (h200-out/build, which outlives a call) rebuilds what they touch.
 # Needs OUT (where patch.log goes); ROOT (the repository) defaults to this file's repository.
 ROOT=${ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+# the tree travels packed: unpack it before the first diff goes in (h200_run.sh does it where needed)
+[ -d "$ROOT/.h200/llama.cpp" ] || OUT=${OUT:-$ROOT/h200-out} bash "$ROOT/scripts/h200_run.sh" unpack
 
 # the files that diffs patched, kept beside the build directory
 PATCHED_LIST=${TQ_BUILD:-$ROOT/h200-out/build}/../rv-patched-files
