@@ -40,12 +40,14 @@ set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SRC=$ROOT/.h200/llama.cpp
-# the tree travels packed (prepare_h200.py's llama.cpp.tar.gz); unpacked once per machine, or again for a newer archive
-if [ -f "$ROOT/.h200/llama.cpp.tar.gz" ] && { [ ! -d "$SRC" ] || [ "$ROOT/.h200/llama.cpp.tar.gz" -nt "$SRC/.unpacked" ]; }; then
-    rm -rf "$SRC" && tar -xzf "$ROOT/.h200/llama.cpp.tar.gz" -C "$ROOT/.h200" && touch "$SRC/.unpacked" \
-        || { echo "cannot unpack .h200/llama.cpp.tar.gz" >&2; exit 2; }
+# the tree travels packed (prepare_h200.py's llama.cpp.tar.gz): unpacked where it is missing, and again where an
+# unpacked one (.unpacked) is older than the archive; a tree that prepare_h200.py wrote here is left as it is
+PACKED=$ROOT/.h200/llama.cpp.tar.gz
+if [ -f "$PACKED" ] && { [ ! -d "$SRC" ] || { [ -f "$SRC/.unpacked" ] && [ "$PACKED" -nt "$SRC/.unpacked" ]; }; }; then
+    rm -rf "$SRC" && tar -xzf "$PACKED" -C "$ROOT/.h200" && touch "$SRC/.unpacked" \
+        || { echo "cannot unpack $PACKED" >&2; exit 2; }
 fi
-[ -d "$SRC" ] || { echo "no .h200/llama.cpp: run scripts/prepare_h200.py and carry .h200/llama.cpp.tar.gz" >&2; exit 2; }
+[ -d "$SRC" ] || { echo "no .h200/llama.cpp: run scripts/prepare_h200.py, carry .h200/llama.cpp.tar.gz" >&2; exit 2; }
 BUILD=${TQ_BUILD:-$ROOT/h200-out/build}
 OUT=${OUT:-$ROOT/h200-out}
 MODELS=${TQ_MODELS:-/tmp/tq-models}

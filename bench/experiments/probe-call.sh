@@ -6,6 +6,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 export OUT=${OUT:-$ROOT/h200-out}
 M=${TQ_MODELS:-/tmp/tq-models}
 mkdir -p "$OUT" "$M"
+OUT=${OUT:-$ROOT/h200-out} bash "$ROOT/scripts/h200_run.sh" unpack || exit 2 # (the tree travels packed)
 (cd "$ROOT/.h200/llama.cpp" && patch -p1 -s --forward < "$ROOT/bench/experiments/cuda-probe-skip.diff") \
     || { echo "the diff does not apply" >&2; exit 1; }
 sed -i 's/^-DGGML_CUDA_FA_QUANTS=.*/-DGGML_CUDA_FA_QUANTS=f16-f16/' "$ROOT/.h200/cmake-args.txt"

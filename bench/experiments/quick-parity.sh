@@ -11,6 +11,7 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 [ $# -ge 2 ] || { echo "usage: quick-parity.sh <diff> <type>..." >&2; exit 2; }
 diff=$(cd "$(dirname "$1")" && pwd)/$(basename "$1"); shift
+OUT=${OUT:-$ROOT/h200-out} bash "$ROOT/scripts/h200_run.sh" unpack || exit 2 # (the tree travels packed)
 (cd "$ROOT/.h200/llama.cpp" && patch -p1 -s --forward < "$diff") || { echo "the diff does not apply" >&2; exit 1; }
 sed -i 's/^-DGGML_CUDA_FA_QUANTS=.*/-DGGML_CUDA_FA_QUANTS=f16-f16/' "$ROOT/.h200/cmake-args.txt"
 TQ_BUILD_TARGETS=llama-perplexity TQ_PARITY_TYPES="$*" TQ_PARITY_UB=1 bash "$ROOT/scripts/h200_run.sh" build parity

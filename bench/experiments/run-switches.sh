@@ -6,9 +6,9 @@
 # travel to the device, e.g. as bench/experiments/switches.diff):
 #   RS_SECONDS=125 RS_RUNS='f16 -;turbo3 -;turbo3 GGML_CUDA_TURBO_SET_ROWS_LC=0' \
 #     bash bench/experiments/run-switches.sh bench/experiments/switches.diff
-# Prepare with `python scripts/prepare_h200.py`, then run it through the device tool with .h200 carried, on a fresh
-# machine (build about 260 s). Several diffs are applied in the order given; a path is taken relative to the
-# repository root unless it is absolute.
+# Prepare with `python scripts/prepare_h200.py`, then run it through the device tool with .h200/llama.cpp.tar.gz
+# carried (as run-variant.sh), on a fresh machine (build about 260 s). Several diffs are applied in the order given;
+# a path is taken relative to the repository root unless it is absolute.
 # Steps: apply the diffs, build llama-bench and test-backend-ops, the turbo test cases, the decode kernels' ncu
 # times per setting, then llama-bench tg128 (no prompt run) at RS_DEPTHS for each "config setting" of RS_RUNS, in
 # rounds until RS_SECONDS have passed (at least one round). Results go to $OUT/switches/ (default ./h200-out).

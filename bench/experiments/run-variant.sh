@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Measure experiment diffs against the series on the H200. Prepare with `python scripts/prepare_h200.py`, then run
-# through the device tool with .h200 carried, for example:
+# through the device tool with .h200/llama.cpp.tar.gz, cmake-args.txt and commit.txt carried, for example:
 #   call 1: bash bench/experiments/run-variant.sh series
 #   call 2: bash bench/experiments/run-variant.sh bench/experiments/a.diff bench/experiments/a.diff+bench/experiments/b.diff
 # Each argument is a variant: `series`, or diffs joined with `+`, applied in that order. The variants of one call run
