@@ -5,6 +5,9 @@
 # as well, what a build with an older glslc gives every GPU). In each, vulkan-ab.sh alternates the series with
 # GGML_VK_DISABLE_TURBO_DEQUANT_KV=1 (0051's path off) on llama-bench -p 512 -n 128 -d 0,8192. Then
 # test-backend-ops: 0050's prefill cases with and without the path, and every turbo case (h200_vulkan.sh ops).
+# The step q8k-ops (not in the default list) runs every FLASH_ATTN_EXT case with a q8_0 K, with int8 Q (the scalar
+# shader's variant where the device has integer dot products; patch 0052) and with GGML_VK_DISABLE_INTEGER_DOT_PRODUCT=1;
+# VPM_STEPS="build q8k-ops ops" is the call that verified 0052 (bench/results/vulkan-h100-0052/).
 # Carry [".h200/vulkan.tar.gz", ".h200/commit.txt", ".h200/vulkan-sdk-trixie.tar.gz", ".gl"] and run from the
 # repository root:
 #   for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig; OUT=/tmp/vm bash bench/experiments/vulkan-prefill-modes.sh
@@ -54,6 +57,15 @@ for step in ${VPM_STEPS:-build prefill-ops modes ops}; do
                 bash bench/experiments/vulkan-ab.sh > "$OUT/$m.console.txt" 2>&1
             tail -n "$((4 * 2 * $(echo ${VPM_CONFIGS:-f16/f16 turbo3/turbo3} | wc -w) + 2))" "$OUT/$m/ab/summary.txt" \
                 | tee -a "$OUT/steps.log"
+        done
+        ;;
+    q8k-ops)
+        for s in "" GGML_VK_DISABLE_INTEGER_DOT_PRODUCT=1; do
+            f=$OUT/ops-q8_0-k${s:+-no-int-dot}.txt
+            log "q8_0 K: FLASH_ATTN_EXT type_K=q8_0 ${s:-(int8 Q where the device has integer dot products)}"
+            env $s "$B/test-backend-ops" -b Vulkan0 -o FLASH_ATTN_EXT -p "type_K=q8_0" > "$f" 2>&1
+            log "q8_0 K: $(grep -c ': .*OK' "$f") OK, $(grep -c 'FAIL' "$f") FAIL; $(grep -E 'tests passed' "$f" | tail -1)"
+            grep FAIL "$f" | sed 's/\x1b\[[0-9;]*m//g' | cut -c1-220 | head -8 | tee -a "$OUT/steps.log"
         done
         ;;
     ops)
