@@ -126,7 +126,10 @@ def test_prepare_h200_slim_tree(cpu_build, tmp_path, load_script):
     assert "TURBO3_0" in (tree / "gguf-py" / "gguf" / "constants.py").read_text()  # patched
     assert (tree / "ggml" / "src" / "ggml-cuda" / "fattn-turbo.cuh").is_file()
     assert (tree / "ggml" / "src" / "ggml-cuda" / "fattn-turbo-mma.cuh").is_file()
-    assert len(list((tree / "ggml" / "src" / "ggml-cuda" / "template-instances").glob("fattn-turbo-instance-*.cu"))) == 21
+    # the 21 K/V pairs with a turbo side, and q8_0/q8_0 (patch 0054)
+    inst_dir = tree / "ggml" / "src" / "ggml-cuda" / "template-instances"
+    instances = sorted(p.name for p in inst_dir.glob("fattn-turbo-instance-*.cu"))
+    assert len(instances) == 22 and "fattn-turbo-instance-q8_0-q8_0.cu" in instances
     for gone in ("docs", ".git", "examples", "tools/ui", "ggml/src/ggml-vulkan"):
         assert not (tree / gone).exists(), gone
     args = (out / "cmake-args.txt").read_text().split()
