@@ -65,7 +65,7 @@ def errors(rng: np.random.Generator, v_rms: float, q_temp: float, folds: tuple[i
     return [float(np.linalg.norm(o - o_exact) / norm) for o in out]
 
 
-def test_case_nmse(rng: np.random.Generator, v_max: float, folds: tuple[int, ...], n_kv: int = 1024,
+def backend_ops_case_nmse(rng: np.random.Generator, v_max: float, folds: tuple[int, ...], n_kv: int = 1024,
                    heads: int = 16) -> list[float]:
     """NMSE of the turbo kernel's output (one value per fold factor) against the CPU's, over `heads` heads."""
     got: list[list[np.ndarray]] = [[] for _ in folds]
@@ -102,7 +102,7 @@ def main() -> None:
     print("| test case v_max | NMSE, F = 1 (0054) | F = 16 (v-fold diff) |")
     print("| --- | --- | --- |")
     for v_max in (1.0, 1e-2, 1e-3, 3e-4, 1e-4):
-        e = test_case_nmse(rng, v_max, folds)
+        e = backend_ops_case_nmse(rng, v_max, folds)
         print(f"| {v_max:g} | " + " | ".join(f"{x:.1e}" for x in e) + " |")
 
 
