@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How far the attention output of a q8_0 cache lies from exact math on that cache, for the arithmetic of three
 implementations (numpy, no GPU): why patch 0054's parity KLD against the CPU is 0.000025 where upstream's CUDA vector
-kernel's is 0.000001, and what cuda-turbo-q8_0-v-fold.diff changes.
+kernel's is 0.000001, and what patch 0055 (once cuda-turbo-q8_0-v-fold.diff) changes.
 
 - exact: float64 softmax(K Q / sqrt(D)) V on the dequantized cache;
 - CPU (ggml-cpu at the pin): Q rounded to q8_0 (the vec_dot type of a q8_0 K), integer dot products per block
