@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 JOBS   ?= $(shell nproc 2>/dev/null || echo 2)
 PYTEST_ARGS ?=
 
-.PHONY: demo test install build model lint clean-venv
+.PHONY: demo test install build model clean-venv
 
 # Set up, build the patched llama.cpp for the CPU, and compare KV-cache types on SmolLM2-135M.
 demo: install model

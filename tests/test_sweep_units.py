@@ -441,6 +441,29 @@ def test_failing_tool_is_exit_1_with_its_reason(fake_bin, tmp_path):
     assert "llama-perplexity failed for f16 (exit 3)" in r.stderr
 
 
+def test_failed_config_is_named_with_its_log_and_retried(fake_bin, tmp_path):
+    """A config whose tool fails (not f16) is reported at the end with where its log is (exit 1), and is not recorded
+    as measured: a rerun runs it again."""
+    bench = Path(fake_bin["TQGGUF_BIN_DIR"]) / "llama-bench"
+    f16_lines = tmp_path / "f16.jsonl"
+    f16_lines.write_text("\n".join(read("llama-bench-tiny.jsonl").splitlines()[:4]) + "\n")
+    bench.write_text(f'#!/bin/sh\ncase " $* " in *" turbo3 "*) echo "no turbo3 here" >&2; exit 3;; esac\n'
+                     f'cat "{f16_lines}"\n')
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF" + b"\0" * 64)
+    out = tmp_path / "o"
+    args = ["bench", "-m", str(gguf), "--configs", "turbo3", "--depth", "0", "-p", "64", "-n", "16", "--out", str(out)]
+    for _ in range(2):
+        r = _cli(args, fake_bin)
+        assert r.returncode == 1 and "Traceback" not in r.stderr
+        assert "llama-bench failed for turbo3 (exit 3): no turbo3 here" in r.stderr
+        assert f"1 config(s) failed: turbo3 (logs in {out / 'logs'}); a rerun retries them" in r.stderr
+        assert "already measured" not in r.stderr
+        log = out / "logs" / "bench-turbo3.log"   # removed after the first run: the rerun writes it again
+        assert "no turbo3 here" in log.read_text()
+        log.unlink()
+
+
 def test_help_has_examples():
     for cmd in ("ppl", "bench", "niah"):
         r = _cli([cmd, "--help"], dict(os.environ, COLUMNS="200", NO_COLOR="1"))
