@@ -644,13 +644,13 @@ def _fail_printer(progress, tasks: dict, with_label: bool = False):
     return fail
 
 
-def _print_failed(failed: list[str], out: Path) -> None:
-    """The sweeps' last line when configs failed: which, where their logs are, and that a rerun retries them."""
+def _print_failed(res) -> None:
+    """A sweep's last line when configs failed: which, where their logs are, and that a rerun retries them."""
     from rich.markup import escape
 
-    if failed:
-        err.print(f"[bold red]error:[/] {len(failed)} config(s) failed: {escape(', '.join(failed))} "
-                  f"(logs in {escape(str(out / 'logs'))}); a rerun retries them", highlight=False)
+    if res.failed:
+        err.print(f"[bold red]error:[/] {len(res.failed)} config(s) failed: {escape(', '.join(res.failed))} "
+                  f"(logs in {escape(str(res.spec.out / 'logs'))}); a rerun retries them", highlight=False)
 
 
 def _skip_label(label: str) -> None:
@@ -758,7 +758,7 @@ def ppl(
     from .ppl_sweep import NOTES
 
     _print_report(write_report(sweep, plot), as_json, lambda: markdown_table(sweep.rows) + "\n\n" + NOTES)
-    _print_failed(sweep.failed, spec.out)
+    _print_failed(sweep)
     raise typer.Exit(sweep.exit_code)
 
 
@@ -857,7 +857,7 @@ def bench(
         res = run_bench_sweep(spec, Events(start=start, test=test, done=done, skip=_skip_label,
                                            fail=_fail_printer(progress, tasks), info=_log))
     _print_report(write_report(res, plot), as_json, lambda: _without_title(report_markdown(res)))
-    _print_failed(res.failed, res.spec.out)
+    _print_failed(res)
     raise typer.Exit(res.exit_code)
 
 
@@ -953,7 +953,7 @@ def niah(
         res = run_niah(spec, Events(start=start, server=server, answer=answer, skip=_skip_label,
                                     fail=_fail_printer(progress, tasks, with_label=True), info=_log))
     _print_report(write_report(res, plot), as_json, lambda: _without_title(report_markdown(res)))
-    _print_failed(res.failed, res.spec.out)
+    _print_failed(res)
     raise typer.Exit(res.exit_code)
 
 
