@@ -143,3 +143,35 @@ def test_prepare_h200_slim_tree(cpu_build, tmp_path, load_script):
         assert not (out / "wiki-300k.txt").exists()
     size = sum(p.stat().st_size for p in tree.rglob("*") if p.is_file())
     assert size < 60 * 2**20
+
+
+def test_local_source_edits_are_built(tmp_path, monkeypatch):
+    """`tqgguf build --source DIR`: the work copy is keyed by DIR and its git commit (here none), which do not change
+    when DIR's files are edited; a rebuild still builds the edited file, and only that."""
+    from tqgguf.pin import Pin
+    from tqgguf.source import local_source
+
+    monkeypatch.setenv("TQGGUF_CACHE", str(tmp_path / "cache"))
+    src = tmp_path / "tree"
+    (src / "ggml").mkdir(parents=True)
+    (src / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.14)\nproject(t C)\n"
+        "set(CMAKE_RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)\n"
+        "add_executable(hello hello.c)\nadd_executable(other other.c)\n")
+    (src / "value.h").write_text("#define VALUE 1\n")
+    (src / "hello.c").write_text('#include <stdio.h>\n#include "value.h"\nint main(void) { printf("%d\\n", VALUE); return 0; }\n')
+    (src / "other.c").write_text("int main(void) { return 0; }\n")
+    pin = Pin(package="p", version="0", filename="p.tar.gz", sha256="0" * 64, subdir="p", upstream_commit="0",
+              series=[], path=tmp_path / "source.toml")
+    spec = BuildSpec(backends=["cpu"], targets=["hello", "other"])
+
+    def hello(res) -> str:
+        return subprocess.run([str(res.bin_dir / "hello")], capture_output=True, text=True, check=True).stdout.strip()
+
+    first = run_build(local_source(src), pin, spec)
+    assert hello(first) == "1" and first.steps > 0
+    (src / "value.h").write_text("#define VALUE 2\n")
+    second = run_build(local_source(src), pin, spec)
+    assert second.build_dir == first.build_dir and second.changed_files == ["value.h"]
+    assert hello(second) == "2"
+    assert 0 < second.steps < first.steps                  # hello.c again and its link, not other.c

@@ -111,6 +111,45 @@ def test_sync_touches_only_changed_files(tmp_path):
     assert (work / "src" / "a.c").stat().st_mtime == old and (work / "src" / "b.c").stat().st_mtime == old
 
 
+def test_sync_mirrors_a_local_tree_that_changed(tmp_path):
+    """`tqgguf build --source DIR` keys its work copy by DIR and its commit, which stay the same while DIR is edited:
+    the files the series does not touch follow DIR (new, edited, removed), the patched ones stay patched, nothing
+    unchanged is rewritten, and git's folder and an in-tree CMake build folder are not copied file by file."""
+    pristine, series = _make_series(tmp_path)
+    work = tmp_path / "work"
+    sync_series(pristine, work, series, mirror=True)
+    old = 1_600_000_000
+    for f in ("src/a.c", "src/b.c", "src/new.c", "README"):
+        os.utime(work / f, (old, old))
+    os.utime(pristine / "src" / "b.c", (old, old))
+    assert sync_series(pristine, work, series, mirror=True) == []       # b.c's timestamp now matches: not copied
+    assert (work / "src" / "b.c").stat().st_mtime == old
+
+    (pristine / "src" / "b.c").write_text("int b(void) {\n    return 22;\n}\n")   # the developer edits DIR
+    (pristine / "src" / "c.c").write_text("int c;\n")
+    (pristine / "docs").mkdir()
+    (pristine / "docs" / "x.md").write_text("x\n")
+    (pristine / "build").mkdir()                                                 # an in-tree build
+    (pristine / "build" / "CMakeCache.txt").write_text("cache\n")
+    (pristine / ".git").mkdir()
+    (pristine / ".git" / "HEAD").write_text("ref\n")
+    changed = sync_series(pristine, work, series, mirror=True)
+    assert sorted(changed) == ["docs/x.md", "src/b.c", "src/c.c"]
+    assert (work / "src" / "b.c").read_text().endswith("return 22;\n}\n") and (work / "src" / "c.c").is_file()
+    assert (work / "src" / "a.c").read_text().endswith("return 10;\n}\n")        # still patched, not rewritten
+    assert (work / "src" / "a.c").stat().st_mtime == old and (work / "README").stat().st_mtime == old
+    assert not (work / "build").exists() and not (work / ".git").exists()
+    assert sync_series(pristine, work, series, mirror=True) == []
+
+    (pristine / "src" / "c.c").unlink()
+    shutil.rmtree(pristine / "docs")
+    assert sorted(sync_series(pristine, work, series, mirror=True)) == ["docs/x.md", "src/c.c"]
+    assert not (work / "src" / "c.c").exists() and (work / "src" / "new.c").is_file()   # the series' new file stays
+    # without mirror (a verified sdist) a change to the source is not looked for
+    (pristine / "src" / "b.c").write_text("int b(void) {\n    return 23;\n}\n")
+    assert sync_series(pristine, work, series) == []
+
+
 def test_touched_files(tmp_path):
     _, series = _make_series(tmp_path)
     assert touched_files(series[1]) == ["README", "src/new.c"]

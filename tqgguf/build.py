@@ -235,7 +235,7 @@ def run_build(source: Source, pin: Pin, spec: BuildSpec, jobs: int | None = None
     patches = pin.patch_paths
     work = work_tree(source)
     log(f"applying {len(patches)} patch(es) to {work}")
-    changed = sync_series(source.root, work, patches)
+    changed = sync_series(source.root, work, patches, mirror=source.kind == "local")
     bdir = build_dir(source, spec)
     bdir.mkdir(parents=True, exist_ok=True)
     log_path = bdir / LOG

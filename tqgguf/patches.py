@@ -130,22 +130,83 @@ def ensure_work_tree(pristine: Path, work: Path) -> None:
     tmp = work.with_name(work.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
-    shutil.copytree(pristine, tmp, symlinks=True)
+    shutil.copytree(pristine, tmp, symlinks=True,
+                    ignore=lambda d, names: _build_dirs(pristine, names) if Path(d) == pristine else set())
     (tmp / STATE).write_text(json.dumps({"touched": [], "series": []}) + "\n")
     os.replace(tmp, work)
 
 
-def sync_series(pristine: Path, work: Path, patches: list[Path]) -> list[str]:
+def _build_dirs(root: Path, names: list[str]) -> set[str]:
+    """The CMake build folders (an in-tree build) among the entries `names` of root: a work tree does not need them."""
+    return {n for n in names if (root / n / "CMakeCache.txt").is_file()}
+
+
+def _entries(root: Path) -> dict[str, os.stat_result]:
+    """Every file and symlink under root (relative POSIX path -> lstat), the work tree's state file left out."""
+    out: dict[str, os.stat_result] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        d = Path(dirpath)
+        if d == root:
+            # git's folder (copied once, for llama.cpp's build info) changes with every commit; no source in it
+            skip = _build_dirs(root, dirnames) | {".git"}
+            dirnames[:] = [n for n in dirnames if n not in skip]
+        for name in filenames + [n for n in dirnames if (d / n).is_symlink()]:
+            rel = (d / name).relative_to(root).as_posix()
+            if rel != STATE:
+                out[rel] = (d / name).lstat()
+    return out
+
+
+def mirror_tree(pristine: Path, work: Path, skip: set[str]) -> list[str]:
+    """Make the files of `work` that are not in `skip` those of `pristine`: copy what is new or differs in size or
+    modification time (keeping the pristine timestamp, so an unchanged file is never copied twice) and remove what
+    pristine no longer has. For a local source tree, which can change under the same build key; returns the relative
+    paths written or removed."""
+    src, dst = _entries(pristine), _entries(work)
+    changed: list[str] = []
+    for rel, st in src.items():
+        if rel in skip:
+            continue
+        cur = dst.get(rel)
+        a, b = pristine / rel, work / rel
+        if os.path.islink(a):
+            if cur is not None and os.path.islink(b) and os.readlink(a) == os.readlink(b):
+                continue
+            if cur is not None or os.path.islink(b):
+                b.unlink()
+            b.parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(os.readlink(a), b)
+        else:
+            if cur is not None and not os.path.islink(b) and cur.st_size == st.st_size \
+                    and cur.st_mtime_ns == st.st_mtime_ns:
+                continue
+            if os.path.islink(b):
+                b.unlink()
+            b.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(a, b)
+        changed.append(rel)
+    for rel in dst.keys() - src.keys() - skip:
+        (work / rel).unlink()
+        changed.append(rel)
+    return sorted(changed)
+
+
+def sync_series(pristine: Path, work: Path, patches: list[Path], mirror: bool = False) -> list[str]:
     """Bring `work` to pristine + series, writing only files whose content changes.
 
     Files the previous series touched but the new one does not go back to pristine.
     Unchanged files keep their timestamps, so the build tool rebuilds only what changed.
+    With `mirror` (a local source tree, whose files can change while its build key stays), the files the series does
+    not touch are brought up to date with pristine too; a verified sdist never changes, so it is copied once.
     Returns the relative paths written or removed.
     """
     ensure_work_tree(pristine, work)
     state = json.loads((work / STATE).read_text())
     old = set(state.get("touched", []))
     changed: list[str] = []
+    if mirror:
+        touched = {rel for p in patches for rel in touched_files(p)}
+        changed += mirror_tree(pristine, work, touched | old)
     with tempfile.TemporaryDirectory(prefix="tqgguf-stage-") as tmp:
         stage = Path(tmp)
         new = _stage(pristine, patches, stage)
