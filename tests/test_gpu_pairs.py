@@ -183,3 +183,56 @@ def test_device_when_the_tool_cannot_list(tmp_path, monkeypatch):
     assert runinfo.device(broken, None) == "NVIDIA H200 (cuda)"
     monkeypatch.setattr(runinfo, "gpu_names", lambda: [])
     assert runinfo.device(broken, None) == "cuda GPU"
+
+
+def test_serve_bin_dir_is_held_to_the_backends_it_was_built_for(tmp_path):
+    """`tqgguf serve --bin-dir DIR` without -b: the build in DIR says it is a CUDA build, so a pair CUDA has no
+    kernel for is refused before llama-server starts (exit 2), as `-b cuda` would; -ngl 0 lets it through to the
+    launch (here a stand-in server that exits at once: exit 1, its output named)."""
+    import subprocess
+    import sys
+
+    from tqgguf.models import smollm2_path
+
+    d = tmp_path / "bin"
+    d.mkdir()
+    server = d / "llama-server"
+    server.write_text("#!/bin/sh\necho 'stand-in server: no model loaded' >&2\nexit 3\n")
+    server.chmod(0o755)
+    (d / "tqgguf-manifest.json").write_text(json.dumps({"backends": ["cpu", "cuda"]}))
+    env = dict(os.environ, TQGGUF_CACHE=str(tmp_path / "cache"), NO_COLOR="1", COLUMNS="200")
+    env.pop("TQGGUF_BIN_DIR", None)
+    base = [sys.executable, "-m", "tqgguf", "serve", "-m", str(smollm2_path()), "--bin-dir", str(d), "--port", "auto",
+            "-ctk", "q4_0", "-ctv", "turbo3"]
+    r = subprocess.run(base, capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert "cannot run on the GPU" in r.stderr and "q4_0" in r.stderr and "Traceback" not in r.stderr
+    r = subprocess.run(base + ["-ngl", "0"], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 1 and "stand-in server: no model loaded" in r.stderr, r.stderr
+
+
+def test_a_local_build_is_named_when_the_pinned_one_is_missing(tmp_path, monkeypatch):
+    """After `tqgguf build --source DIR` only, a command that looks for the pinned build says where the local
+    build is and how to use it, instead of only 'run tqgguf build'."""
+    from tqgguf.runinfo import find_tool
+
+    monkeypatch.setenv("TQGGUF_CACHE", str(tmp_path))
+    monkeypatch.delenv("TQGGUF_BIN_DIR", raising=False)
+    monkeypatch.setattr("tqgguf.source.cached_pinned_source", lambda pin: None)
+    for name, backends, when in (("cpu-aaa", ["cpu"], "2026-01-01T00:00:00Z"),
+                                 ("cpu-cuda-bbb", ["cpu", "cuda"], "2026-01-02T00:00:00Z"),
+                                 ("cpu-cuda-ccc", ["cpu", "cuda"], "2026-01-03T00:00:00Z")):
+        b = tmp_path / "build" / name / "bin"
+        b.mkdir(parents=True)
+        (b / "tqgguf-manifest.json").write_text(json.dumps({
+            "source": {"kind": "local", "root": f"/src/{name}"}, "backends": backends, "built_at": when,
+            "binaries": {"llama-server": str(b / "llama-server")}}))
+    with pytest.raises(TqError) as e:
+        find_tool("llama-server", backends=["cuda"])
+    assert "llama.cpp has not been built yet" in e.value.message and "/src/cpu-cuda-ccc" in e.value.message
+    assert e.value.hint == f"use it with --bin-dir {tmp_path / 'build' / 'cpu-cuda-ccc' / 'bin'} (or $TQGGUF_BIN_DIR)"
+    with pytest.raises(TqError, match="/src/cpu-aaa"):
+        find_tool("llama-server")
+    with pytest.raises(TqError) as e:
+        find_tool("llama-bench", backends=["cuda"])             # no local build has it
+    assert e.value.message == "llama.cpp has not been built yet"

@@ -68,6 +68,16 @@ def main(version: Annotated[bool, typer.Option("--version", callback=_version, i
 
 SourceOpt = Annotated[Optional[Path], typer.Option("--source", help="Use this local llama.cpp tree instead of the pinned sdist.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+BinDirOpt = Annotated[Optional[Path], typer.Option("--bin-dir", help="Folder with the built llama.cpp tools (default: $TQGGUF_BIN_DIR, else tqgguf's build).")]
+
+
+def _use_bin_dir(bin_dir: Path) -> None:
+    """--bin-dir for the commands that find llama-server through $TQGGUF_BIN_DIR (serve, niah)."""
+    import os
+
+    from .runinfo import BIN_DIR_ENV
+
+    os.environ[BIN_DIR_ENV] = str(bin_dir.expanduser().resolve())
 
 
 def _pin():
@@ -270,6 +280,9 @@ def build(
     out.print(f"built {'+'.join(spec.backends)} in {m['duration_s']} s ({what}; {len(res.changed_files)} source file(s) changed)")
     out.print(f"binaries: {res.bin_dir}", highlight=False)
     out.print(f"manifest: {res.bin_dir / 'tqgguf-manifest.json'}", highlight=False)
+    if src.kind == "local":
+        out.print(f"this build is of {src.root}: pass --bin-dir {res.bin_dir} to serve, ppl, bench and niah "
+                  f"(or export TQGGUF_BIN_DIR={res.bin_dir})", highlight=False, soft_wrap=True)
     if python:
         out.print(f"python: llama-cpp-python {m['python_bindings']} installed in {sys.prefix}, using {res.bin_dir}", highlight=False)
 
@@ -550,6 +563,7 @@ def serve(
     allow_fallback: Annotated[bool, typer.Option("--allow-fallback", help="Serve even when llama.cpp uses other cache types, or attention runs off the layer's device.")] = False,
     log_file: Annotated[Optional[Path], typer.Option("--log-file", help="Server log (default: a new file under the tqgguf cache).")] = None,
     backend: Annotated[list[str], typer.Option("--backend", "-b", help="Which tqgguf build to run (cpu, cuda, ...; as given to `tqgguf build`).")] = ["cpu"],
+    bin_dir: BinDirOpt = None,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for the model to load.")] = 600.0,
     as_json: JsonOpt = False,
 ) -> None:
@@ -580,6 +594,8 @@ def serve(
     for name, val in (("-c", ctx_size), ("-np", parallel)):
         if val is not None and val < (0 if name == "-c" else 1):
             raise TqError(f"{name} must be {'>= 0' if name == '-c' else '>= 1'}, got {val}")
+    if bin_dir is not None:
+        _use_bin_dir(bin_dir)
     req = make_request(model.expanduser(), cache_type_k, cache_type_v, boundary_v, boundary_v_type, policy,
                        ctx=ctx_size, parallel=parallel, n_gpu_layers=n_gpu_layers, host=host, port=port,
                        api_key=api_key, extra=extra, allow_fallback=allow_fallback,
@@ -612,7 +628,6 @@ from .bench_sweep import DEFAULT_CONFIGS as BENCH_CONFIGS  # noqa: E402 (light m
 from .niah import DEFAULT_CONFIGS as NIAH_CONFIGS  # noqa: E402
 from .ppl_sweep import DEFAULT_CONFIGS as PPL_CONFIGS  # noqa: E402
 
-BinDirOpt = Annotated[Optional[Path], typer.Option("--bin-dir", help="Folder with the built llama.cpp tools (default: $TQGGUF_BIN_DIR, else tqgguf's build).")]
 BackendOpt = Annotated[list[str], typer.Option("--backend", "-b", help="Which tqgguf build to use (cpu, cuda, ...; as given to `tqgguf build`).")]
 PlotOpt = Annotated[bool, typer.Option("--plot", help="Also write a PNG (needs the plot extra: pip install 'tqgguf[plot]').")]
 
@@ -916,11 +931,7 @@ def niah(
 
         pyplot()
     if bin_dir is not None:
-        import os
-
-        from .serve import BIN_DIR_ENV
-
-        os.environ[BIN_DIR_ENV] = str(bin_dir.expanduser().resolve())
+        _use_bin_dir(bin_dir)
     if text is None:
         from .paths import cache_dir
 

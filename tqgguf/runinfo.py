@@ -36,10 +36,37 @@ def find_tool(name: str, bin_dir: Path | None = None, backends: list[str] | None
     from .pin import load_pin
     from .source import cached_pinned_source
 
+    spec = BuildSpec(backends=backends or ["cpu"])
     src = cached_pinned_source(load_pin())
-    if src is None:
-        raise TqError("llama.cpp has not been built yet", "run `tqgguf build` first")
-    return find_bin(src, BuildSpec(backends=backends or ["cpu"]), name)
+    try:
+        if src is None:
+            raise TqError("llama.cpp has not been built yet", "run `tqgguf build` first")
+        return find_bin(src, spec, name)
+    except TqError as e:
+        local = local_build(spec.backends, name)
+        if local is None:
+            raise
+        raise TqError(f"{e.message}; there is a build of the local tree {local['source']}",
+                      f"use it with --bin-dir {local['bin']} (or ${BIN_DIR_ENV})", e.code) from None
+
+
+def local_build(backends: list[str], name: str) -> dict | None:
+    """The newest `tqgguf build --source DIR` for exactly these backends that has `name`: {source, bin}, or None."""
+    from .build import MANIFEST as BUILD_MANIFEST
+    from .paths import cache_dir
+
+    best = None
+    for path in (cache_dir() / "build").glob(f"*/bin/{BUILD_MANIFEST}"):
+        try:
+            m = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        src = m.get("source") or {}
+        if src.get("kind") != "local" or m.get("backends") != backends or name not in (m.get("binaries") or {}):
+            continue
+        if best is None or m.get("built_at", "") > best[0]:
+            best = (m.get("built_at", ""), {"source": src.get("root"), "bin": str(path.parent)})
+    return best[1] if best else None
 
 
 def manifest_of(binary: Path) -> dict | None:

@@ -23,13 +23,13 @@ import signal
 import socket
 import subprocess
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
 from .errors import EXIT_WARN, TqError
+from .runinfo import BIN_DIR_ENV, manifest_of  # noqa: F401 (BIN_DIR_ENV: the variable serve and niah read)
 
-BIN_DIR_ENV = "TQGGUF_BIN_DIR"
 DEFAULT_BOUNDARY_TYPE = "q8_0"
 DEFAULT_BOUNDARY_N = 2           # when V is turbo2
 POLICIES_FILE = Path(__file__).resolve().parent / "data" / "policies.json"
@@ -379,21 +379,10 @@ def compare(req: ServeRequest, plan: Plan, eff: Effective) -> list[str]:
 
 
 def find_server(backends: list[str] | None = None) -> Path:
-    """llama-server of the tqgguf build ($TQGGUF_BIN_DIR overrides the build folder, for development)."""
-    env = os.environ.get(BIN_DIR_ENV)
-    if env:
-        path = Path(env) / ("llama-server.exe" if os.name == "nt" else "llama-server")
-        if not path.is_file():
-            raise TqError(f"no llama-server in {env} (${BIN_DIR_ENV})", "build it, or unset the variable")
-        return path
-    from .build import BuildSpec, find_bin
-    from .pin import load_pin
-    from .source import cached_pinned_source
+    """llama-server of the tqgguf build ($TQGGUF_BIN_DIR, or --bin-dir, overrides the build folder)."""
+    from .runinfo import find_tool
 
-    src = cached_pinned_source(load_pin())
-    if src is None:
-        raise TqError("llama.cpp has not been built yet", "run `tqgguf build` first")
-    return find_bin(src, BuildSpec(backends=backends or ["cpu"]), "llama-server")
+    return find_tool("llama-server", backends=backends)
 
 
 def is_loopback(host: str) -> bool:
@@ -619,9 +608,14 @@ def start(req: ServeRequest, ui: Ui, stop: StopRequest) -> tuple[Server, Running
         raise TqError(f"--host {req.host} is reachable from other machines and there is no --api-key",
                       "give --api-key KEY (clients then send it as a Bearer token), or bind to 127.0.0.1")
     plan = precheck(req)
+    binary = find_server(req.backends)
+    # a build named by --bin-dir / $TQGGUF_BIN_DIR says itself what it was built for (a CUDA build's GPU pairs)
+    built_for = (manifest_of(binary) or {}).get("backends")
+    if built_for and built_for != req.backends:
+        req = replace(req, backends=built_for)
+        plan = precheck(req)
     for n in plan.notes:
         ui.warn(n)
-    binary = find_server(req.backends)
     if req.boundary_n > 0:
         try:
             helptext = subprocess.run([str(binary), "--help"], capture_output=True, text=True, timeout=60).stdout
