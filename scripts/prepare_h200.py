@@ -25,6 +25,14 @@ exceed the 64 MiB a run carries):
   bash scripts/h200_run.sh            (results under $OUT, or ./h200-out)
 
 The machine there has python3 with numpy, typer and rich, so tqgguf itself runs from the repository.
+
+With --pristine it writes what scripts/gpu_cli.sh needs instead (tqgguf's own commands on the GPU, starting with
+`tqgguf build --source`, which applies the series itself):
+  .h200/pristine.tar.gz   the pinned tree without the series, slimmed as above but keeping every folder the series
+                          patches and tools/ui (llama-server's build configures it)
+  .h200/pydeps/           requests and its dependencies, copied from this Python (tqgguf serve and niah talk to
+                          llama-server with it; the machine's python3 may not have it)
+and carry [".h200/pristine.tar.gz", ".h200/pydeps", ".h200/commit.txt", ".h200/wiki-300k.txt"].
 """
 
 from __future__ import annotations
@@ -34,13 +42,14 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tqgguf.build import BuildSpec, cmake_args, work_tree  # noqa: E402
-from tqgguf.patches import sync_series  # noqa: E402
+from tqgguf.patches import sync_series, touched_files  # noqa: E402
 from tqgguf.pin import load_pin  # noqa: E402
 from tqgguf.source import pinned_source  # noqa: E402
 
@@ -113,6 +122,69 @@ def copy_vulkan_sdk(dest: Path) -> None:
         shutil.copy2(f, dest / "lib" / f.name, follow_symlinks=False)
 
 
+def write_commit(out: Path) -> None:
+    """out/commit.txt: the tqgguf commit (the device copy of the repository may not carry git history)."""
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "patches"], capture_output=True,
+                           text=True).stdout.strip()
+    (out / "commit.txt").write_text(f"{head.stdout.strip() or 'unknown'}{' (patches modified)' if dirty else ''}\n")
+
+
+def write_excerpt(out: Path) -> None:
+    """out/wiki-300k.txt: 300 kB of WikiText-2 when ../shared/data has it (the parity, diag and ppl steps' text)."""
+    wiki = ROOT.parent / "shared" / "data" / "wikitext-2-raw-test.txt"
+    excerpt = out / "wiki-300k.txt"
+    if wiki.is_file():
+        excerpt.write_bytes(wiki.read_bytes()[:300_000])
+    else:
+        excerpt.unlink(missing_ok=True)
+        print(f"note: {wiki} not found; {excerpt.name} not written (the parity and diag steps need a text there)",
+              file=sys.stderr)
+
+
+# what tqgguf serve and niah import beyond numpy, typer and rich (requests and its dependencies)
+PYDEPS = ("requests", "urllib3", "idna", "certifi", "charset_normalizer")
+
+
+def write_pristine(out: Path, source_root: Path, patches: list[Path]) -> Path:
+    """The pinned tree without the series as out/pristine.tar.gz, for `tqgguf build --source` on the machine."""
+    patched = {rel for p in patches for rel in touched_files(p)}
+    keep_backends = {Path(rel).parts[2] for rel in patched if rel.startswith("ggml/src/ggml-")}
+
+    def ignore_pristine(dirpath: str, names: list[str]) -> set[str]:
+        skip = ignore(dirpath, names) - keep_backends
+        if Path(dirpath).name == "tools" and Path(dirpath).parent.joinpath("ggml").is_dir():
+            skip -= {"ui"}
+        return skip
+
+    archive = out / "pristine.tar.gz"
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = Path(tmp) / "llama.cpp"
+        shutil.copytree(source_root, tree, ignore=ignore_pristine, symlinks=True)
+        missing = sorted(rel for rel in patched if not (tree / rel).exists() and (source_root / rel).exists())
+        if missing:
+            raise SystemExit(f"prepare_h200 --pristine: the slim tree lacks {missing[0]}, which the series patches")
+        with tarfile.open(archive, "w:gz") as tf:
+            tf.add(tree, arcname="llama.cpp")
+    return archive
+
+
+def copy_pydeps(dest: Path) -> None:
+    """Copy requests and its dependencies from this Python into dest (pure Python; an extension module built for
+    this Python's version is passed over elsewhere, where charset_normalizer falls back to its .py files)."""
+    import importlib.util
+
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    for name in PYDEPS:
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            raise SystemExit(f"prepare_h200 --pristine: {name} is not installed here (pip install requests)")
+        shutil.copytree(Path(next(iter(spec.submodule_search_locations))), dest / name,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=ROOT / ".h200", help="output folder (default: .h200)")
@@ -120,10 +192,23 @@ def main(argv: list[str] | None = None) -> int:
                     help="CMAKE_CUDA_ARCHITECTURES (default: 90-real, the H200's GPU code without PTX)")
     ap.add_argument("--vulkan", action="store_true",
                     help="keep ggml-vulkan in the tree and add vulkan-sdk/ (for scripts/h200_vulkan.sh)")
+    ap.add_argument("--pristine", action="store_true",
+                    help="write pristine.tar.gz and pydeps/ for scripts/gpu_cli.sh instead of the patched tree")
     args = ap.parse_args(argv)
 
     pin = load_pin()
     source = pinned_source(pin, lambda s: print(s, file=sys.stderr))
+    if args.pristine:
+        args.out.mkdir(parents=True, exist_ok=True)
+        archive = write_pristine(args.out, source.root, pin.patch_paths)
+        copy_pydeps(args.out / "pydeps")
+        write_commit(args.out)
+        write_excerpt(args.out)
+        print(f"wrote {archive} ({archive.stat().st_size / 2**20:.1f} MiB) and {args.out / 'pydeps'}; pin "
+              f"{pin.version} ({pin.upstream_commit}), {len(pin.patch_paths)} patches")
+        print('carry [".h200/pristine.tar.gz", ".h200/pydeps", ".h200/commit.txt", ".h200/wiki-300k.txt"]',
+              file=sys.stderr)
+        return 0
     work = work_tree(source)
     changed = sync_series(source.root, work, pin.patch_paths)
     print(f"series applied to {work} ({len(changed)} file(s) updated)", file=sys.stderr)
@@ -152,23 +237,11 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(args.out / "vulkan-sdk", ignore_errors=True)
     spec = BuildSpec(backends=["cuda"], cuda_arch=args.cuda_arch)
     (args.out / "cmake-args.txt").write_text("\n".join(cmake_args(spec)) + "\n")
-    # the device copy of the repository may not carry git history: record what the tree was made from
-    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "patches"], capture_output=True,
-                           text=True).stdout.strip()
-    (args.out / "commit.txt").write_text(f"{head.stdout.strip() or 'unknown'}{' (patches modified)' if dirty else ''}\n")
-
-    # the text h200_run.sh's parity and diag steps read: 300 kB of WikiText-2 when ../shared/data has it
-    wiki = ROOT.parent / "shared" / "data" / "wikitext-2-raw-test.txt"
-    excerpt = args.out / "wiki-300k.txt"
+    write_commit(args.out)
     if args.vulkan:
-        excerpt.unlink(missing_ok=True)  # h200_vulkan.sh reads no text
-    elif wiki.is_file():
-        excerpt.write_bytes(wiki.read_bytes()[:300_000])
+        (args.out / "wiki-300k.txt").unlink(missing_ok=True)  # h200_vulkan.sh reads no text
     else:
-        excerpt.unlink(missing_ok=True)
-        print(f"note: {wiki} not found; {excerpt.name} not written (the parity and diag steps need a text there)",
-              file=sys.stderr)
+        write_excerpt(args.out)
 
     if args.vulkan:
         # unpacked, the tree and the SDK would take about as much as a run carries with the repository (64 MiB):

@@ -145,6 +145,31 @@ def test_prepare_h200_slim_tree(cpu_build, tmp_path, load_script):
     assert size < 60 * 2**20
 
 
+
+def test_prepare_h200_pristine(pin, pinned, tmp_path, load_script):
+    """prepare_h200.py --pristine (for scripts/gpu_cli.sh): an unpatched slim tree that the series applies to, with
+    llama-server's ui folder, and requests importable from pydeps/."""
+    import tarfile
+
+    from tqgguf.patches import check_series
+
+    mod = load_script(REPO / "scripts" / "prepare_h200.py")
+    out = tmp_path / "h200"
+    assert mod.main(["--out", str(out), "--pristine"]) == 0
+    assert (out / "pristine.tar.gz").stat().st_size < 20 * 2**20 and not (out / "llama.cpp").exists()
+    with tarfile.open(out / "pristine.tar.gz") as tf:
+        tf.extractall(tmp_path / "x", filter="data")
+    tree = tmp_path / "x" / "llama.cpp"
+    assert "TURBO3_0" not in (tree / "gguf-py" / "gguf" / "constants.py").read_text()   # not patched
+    assert (tree / "tools" / "ui" / "CMakeLists.txt").is_file() and (tree / "ggml/src/ggml-vulkan").is_dir()
+    assert sorted(p.name for p in (tree / "models").iterdir()) == ["ggml-vocab-llama-bpe.gguf"]
+    assert not (tree / "docs").exists() and not (tree / "ggml/src/ggml-sycl").exists()
+    assert check_series(tree, pin.patch_paths)                                          # the series applies
+    r = subprocess.run([sys.executable, "-s", "-c", "import sys; sys.path.insert(0, sys.argv[1]); import requests; "
+                        "print(requests.__file__)", str(out / "pydeps")], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.startswith(str(out / "pydeps")), r.stderr
+    assert (out / "commit.txt").read_text().strip()
+
 def test_local_source_edits_are_built(tmp_path, monkeypatch):
     """`tqgguf build --source DIR`: the work copy is keyed by DIR and its git commit (here none), which do not change
     when DIR's files are edited; a rebuild still builds the edited file, and only that."""
