@@ -63,6 +63,7 @@ def test_boundary_layers_are_counted_over_the_whole_model(n, expected, swa_model
                        chunks=1, threads=2, extra=_boundary(n))
     eff = parse_server_log(r.log)
     assert eff.boundary_layers == expected, r.log[-3000:]
+    assert eff.v == "turbo2"          # the layers between the boundaries, even where the boundary has more layers
     v = _v_types(r.log)
     assert sorted(v) == list(range(6)), v
     assert {il for il, t in v.items() if t == "q8_0"} == set(expected), v

@@ -371,3 +371,20 @@ def test_policy_presets_are_measured_data():
 def test_parse_metrics():
     text = "# HELP x\nllamacpp:prompt_tokens_total 12\nllamacpp:tokens{slot=\"0\"} 3.5\nbad line\n"
     assert parse_metrics(text) == {"llamacpp:prompt_tokens_total": 12.0, 'llamacpp:tokens{slot="0"}': 3.5}
+
+
+def test_effective_v_is_the_type_between_the_boundary_layers():
+    """8 layers with 2 boundary layers at each end: 4 q8_0 and 4 turbo3 layers. `tqgguf serve --json` names turbo3
+    as the V type (the one requested), not the boundary's q8_0 (as the most frequent type, a tie, did on an H100)."""
+    from tqgguf.serve import parse_server_log
+
+    log = ("llama_resolve_v_layer_types: V boundary layers: 0,1,6,7 (2 from each end of 8 KV layers, q8_0)\n"
+           "llama_kv_cache: size =   57.50 MiB (  8192 cells,   8 layers,  4/1 seqs), K (q8_0):   34.00 MiB, "
+           "V (q8_0):   23.50 MiB (mixed V types)\n"
+           "llama_kv_cache: V types: 0-1,6-7:q8_0 2-5:turbo3\n")
+    e = parse_server_log(log)
+    assert e.v == "turbo3" and e.k == "q8_0" and e.boundary_layers == [0, 1, 6, 7] and e.boundary_type == "q8_0"
+    assert e.v_layers == {0: "q8_0", 1: "q8_0", 6: "q8_0", 7: "q8_0", 2: "turbo3", 3: "turbo3", 4: "turbo3",
+                          5: "turbo3"}
+    # a build that logs no per-layer types: the size line's V type
+    assert parse_server_log(log.split("llama_kv_cache: V types")[0]).v == "q8_0"

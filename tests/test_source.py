@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import subprocess
 import sys
 import tarfile
@@ -101,6 +102,33 @@ def test_local_source_and_bad_path(tmp_path):
     with pytest.raises(TqError):
         local_source(tmp_path / "ggml")
 
+
+
+def test_local_source_commit_is_its_own_repository(tmp_path):
+    """A tree's commit is recorded only where the tree is the top of a git repository: one unpacked inside another
+    checkout (a device run's copy of tqgguf) is not at that checkout's commit."""
+    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.invalid", GIT_COMMITTER_NAME="t",
+               GIT_COMMITTER_EMAIL="t@example.invalid", GIT_CONFIG_GLOBAL=os.devnull, GIT_CONFIG_NOSYSTEM="1",
+               GIT_CEILING_DIRECTORIES=str(tmp_path))
+
+    def git(cwd, *args):
+        return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
+
+    outer = tmp_path / "outer"
+    tree = outer / "sub" / "llama.cpp"
+    (tree / "ggml").mkdir(parents=True)
+    (tree / "CMakeLists.txt").write_text("project(x)\n")
+    git(outer, "init", "-q")
+    git(outer, "add", "-A")
+    git(outer, "commit", "-qm", "outer")
+    assert local_source(tree).commit == "unknown"
+    git(tree, "init", "-q")
+    git(tree, "add", "-A")
+    git(tree, "commit", "-qm", "tree")
+    head = git(tree, "rev-parse", "HEAD").strip()
+    assert local_source(tree).commit == head
+    (tree / "CMakeLists.txt").write_text("project(y)\n")
+    assert local_source(tree).commit == head + "-dirty"
 
 def test_write_series_keeps_comments(tmp_path):
     pin_path = tmp_path / "source.toml"

@@ -273,7 +273,7 @@ class Effective:
     """What llama.cpp reported in its log."""
 
     k: str | None = None
-    v: str | None = None                                 # the most frequent V type
+    v: str | None = None                                 # the most frequent V type outside the boundary layers
     v_layers: dict[int, str] = field(default_factory=dict)
     flash_attn: bool | None = None
     fa_layers: int | None = None                         # layers with flash attention
@@ -305,16 +305,18 @@ def parse_server_log(text: str) -> Effective:
         e.v_mib = round(sum(c["v_mib"] for c in e.caches), 2)
     for m in _VTYPES.finditer(text):
         e.v_layers.update(parse_v_types(m.group(1)))
+    if (m := _BOUNDARY.search(text)):
+        e.boundary_layers = [] if m.group(1) == "none" else [int(x) for x in m.group(1).split(",")]
+        e.boundary_type = m.group(4)
     if e.v_layers:
+        # the V type of the layers between the boundary layers (a tie on a short model must not name the boundary's)
+        inner = [t for il, t in e.v_layers.items() if il not in (e.boundary_layers or [])] or list(e.v_layers.values())
         counts: dict[str, int] = {}
-        for t in e.v_layers.values():
+        for t in inner:
             counts[t] = counts.get(t, 0) + 1
         e.v = max(counts, key=lambda t: counts[t])
     elif e.caches:
         e.v = e.caches[0]["v"]
-    if (m := _BOUNDARY.search(text)):
-        e.boundary_layers = [] if m.group(1) == "none" else [int(x) for x in m.group(1).split(",")]
-        e.boundary_type = m.group(4)
     if (m := _FA_STATE.search(text)):
         e.flash_attn = {"enabled": True, "disabled": False}.get(m.group(1))
     if (m := _FA_AUTO.search(text)):

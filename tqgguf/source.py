@@ -170,12 +170,14 @@ def local_source(path: Path) -> Source:
     if not (root / "CMakeLists.txt").is_file() or not (root / "ggml").is_dir():
         raise TqError(f"{root} does not look like a llama.cpp source tree (no CMakeLists.txt and ggml/)")
     commit = "unknown"
+    # only a repository whose top is the tree itself: a tree unpacked inside another checkout is not that one's commit
+    env = dict(os.environ, GIT_CEILING_DIRECTORIES=str(root.parent))
     try:
-        r = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True)
+        r = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, env=env)
         if r.returncode == 0:
             commit = r.stdout.strip()
             dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                                   capture_output=True, text=True).stdout.strip()
+                                   capture_output=True, text=True, env=env).stdout.strip()
             if dirty:
                 commit += "-dirty"
     except OSError:
