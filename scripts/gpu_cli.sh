@@ -44,7 +44,7 @@ export PYTHONPATH=$ROOT:$SRC/gguf-py${PYTHONPATH:+:$PYTHONPATH}
 python3 -c "import requests" 2>/dev/null || export PYTHONPATH=$PYTHONPATH:$ROOT/.h200/pydeps
 tq() { python3 -m tqgguf "$@"; }
 
-BUILD=(-b "$BACKEND" --source "$SRC" --targets llama-server,llama-bench,llama-perplexity)
+BUILD=(-b "$BACKEND" --source "$SRC" --targets llama-server,llama-bench,llama-perplexity,llama-batched-bench)
 [ "$BACKEND" = cuda ] && BUILD+=(--cuda-arch "${TQ_CUDA_ARCH:-90-real}")
 GPU=(-ngl 99)
 { echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -135,6 +135,16 @@ check "bench: exit 0" test "$rc" = 0
 check "bench: a ratio to f16 for every config and depth" jtest "$OUT/bench.json" \
     "not d['failed'] and len([r for r in d['rows'] if r.get('ratio') is not None]) == 16"
 [ "$BACKEND" = cuda ] && check "bench: recorded as run on the GPU" jtest "$OUT/bench.json" "d['meta']['device'].endswith('(cuda)')"
+
+log "bench --batched"
+# each config at the most sequences of 4096 tokens that fit the GPU's free memory (at most TQ_MAX_NPL)
+tq bench -m "$MODEL" --bin-dir "$BIN" --batched --npl 1,4 -c 4096 "${MEM[@]}" --max-npl "${TQ_MAX_NPL:-64}" \
+    --configs f16,turbo3 -p 256 -n 32 "${GPU[@]}" --out "$OUT/batched" --json > "$OUT/batched.json" 2> "$OUT/batched.err"
+rc=$?
+check "bench --batched: exit 0" test "$rc" = 0
+check "bench --batched: a fit per config, turbo3 at least as many sequences as f16, and a ratio for each row" \
+    jtest "$OUT/batched.json" "not d['failed'] and d['fits']['turbo3']['sequences'] >= d['fits']['f16']['sequences'] >= 1 \
+    and all(r['ratio'] is not None for r in d['rows']) and len({r['depth'] for r in d['rows']}) == 3"
 
 log "ppl"
 tq ppl -m "$MODEL" -f "$TEXT" --bin-dir "$BIN" --configs turbo3,q8_0/turbo2+bv2 -c 512 --chunks 8 "${GPU[@]}" \

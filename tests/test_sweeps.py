@@ -237,7 +237,11 @@ def test_batched_bench_at_a_memory_budget_runs_each_config_at_its_fit(tiny, env,
     assert r.returncode == 0, r.stderr[-3000:]
     doc = json.loads(r.stdout)
     assert doc["meta"]["npl"] == {"f16": [1, 2], "turbo3": [1, min(6, fits["turbo3"]["sequences"])]}
-    assert "sequences that fit" in (out / "batched.md").read_text()
+    md = (out / "batched.md").read_text()
+    assert "sequences that fit" in md and "| run with |" in md
+    n = fits["turbo3"]["sequences"]
+    # the summary says how many sequences each config ran with, and why fewer than fit
+    assert f"| turbo3 | {n} | {min(6, n)}{' (--max-npl)' if n > 6 else ''} |" in md, md
 
 
 # ---- niah ------------------------------------------------------------------------------------------
