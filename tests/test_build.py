@@ -200,3 +200,41 @@ def test_local_source_edits_are_built(tmp_path, monkeypatch):
     assert second.build_dir == first.build_dir and second.changed_files == ["value.h"]
     assert hello(second) == "2"
     assert 0 < second.steps < first.steps                  # hello.c again and its link, not other.c
+
+
+def test_find_bin_takes_a_build_of_the_same_backends_with_other_flags(tmp_path, monkeypatch):
+    """`tqgguf build -b cuda --cuda-arch 90-real` (the README's example) and then `tqgguf serve -b cuda`, which
+    knows only the backends: the build with other flags is found (the newest one with the binary), never one of
+    other backends or of another source."""
+    from tqgguf.build import build_dir, find_bin
+    from tqgguf.source import Source
+
+    monkeypatch.setenv("TQGGUF_CACHE", str(tmp_path))
+    src = Source(root=tmp_path / "src", kind="sdist", key="abc123", commit="0")
+    other = Source(root=tmp_path / "other", kind="sdist", key="def456", commit="0")
+
+    def fake(source, spec, when, binaries):
+        b = build_dir(source, spec) / "bin"
+        b.mkdir(parents=True)
+        for name in binaries:
+            (b / name).write_text("")
+        (b / "tqgguf-manifest.json").write_text(json.dumps({
+            "source": {"key": source.key}, "backends": spec.backends, "build_dir": str(b.parent), "built_at": when,
+            "binaries": {n: str(b / n) for n in binaries}}))
+        return b
+
+    with pytest.raises(TqError, match="no cpu\\+cuda build found"):
+        find_bin(src, BuildSpec(backends=["cuda"]), "llama-server")
+    fake(src, BuildSpec(backends=["vulkan"]), "2026-01-05T00:00:00Z", ["llama-server"])
+    fake(other, BuildSpec(backends=["cuda"], cuda_arch="89"), "2026-01-06T00:00:00Z", ["llama-server"])
+    with pytest.raises(TqError, match="no cpu\\+cuda build found"):
+        find_bin(src, BuildSpec(backends=["cuda"]), "llama-server")
+    old = fake(src, BuildSpec(backends=["cuda"], cuda_arch="80"), "2026-01-01T00:00:00Z", ["llama-server", "llama-bench"])
+    new = fake(src, BuildSpec(backends=["cuda"], cuda_arch="90-real"), "2026-01-02T00:00:00Z", ["llama-server"])
+    assert find_bin(src, BuildSpec(backends=["cuda"]), "llama-server") == new / "llama-server"
+    assert find_bin(src, BuildSpec(backends=["cuda"]), "llama-bench") == old / "llama-bench"   # the one that has it
+    exact = fake(src, BuildSpec(backends=["cuda"]), "2025-12-01T00:00:00Z", ["llama-server"])
+    assert find_bin(src, BuildSpec(backends=["cuda"]), "llama-server") == exact / "llama-server"  # the spec's own
+    assert find_bin(src, BuildSpec(backends=["cuda"], cuda_arch="80"), "llama-server") == old / "llama-server"
+    with pytest.raises(TqError, match="llama-cli is not in the build"):
+        find_bin(src, BuildSpec(backends=["cuda"]), "llama-cli")

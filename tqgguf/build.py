@@ -280,14 +280,36 @@ def run_build(source: Source, pin: Pin, spec: BuildSpec, jobs: int | None = None
     return BuildResult(bdir, bin_dir, manifest, changed, steps)
 
 
-def find_manifest(source: Source, spec: BuildSpec) -> dict | None:
-    path = build_dir(source, spec) / "bin" / MANIFEST
-    return json.loads(path.read_text()) if path.is_file() else None
+def _read_manifest(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text()) if path.is_file() else None
+    except (OSError, ValueError):
+        return None
+
+
+def find_manifest(source: Source, spec: BuildSpec, name: str | None = None) -> dict | None:
+    """The manifest of the build of `source` for exactly this spec; failing that, of the newest build of `source` for
+    the same backends (with `name` among its binaries, when given): `tqgguf build -b cuda --cuda-arch 90-real`
+    serves `tqgguf serve -b cuda`, which knows only the backends."""
+    exact = _read_manifest(build_dir(source, spec) / "bin" / MANIFEST)
+    if exact is not None and (name is None or (Path(exact["build_dir"]) / "bin" / exe_name(name)).is_file()):
+        return exact
+    best = None
+    for path in (cache_dir() / "build").glob("-".join(spec.backends) + "-*/bin/" + MANIFEST):
+        m = _read_manifest(path)
+        if not m or m.get("backends") != spec.backends or (m.get("source") or {}).get("key") != source.key:
+            continue
+        if name is not None and not (path.parent / exe_name(name)).is_file():
+            continue
+        if best is None or m.get("built_at", "") > best.get("built_at", ""):
+            best = m
+    return best or exact
 
 
 def find_bin(source: Source, spec: BuildSpec, name: str) -> Path:
-    """The path of a built binary for this spec, without building."""
-    manifest = find_manifest(source, spec)
+    """The path of a built binary for this spec (or, failing that, another build for its backends), without
+    building."""
+    manifest = find_manifest(source, spec, name)
     if manifest is None:
         raise TqError(f"no {'+'.join(spec.backends)} build found", "run `tqgguf build` first")
     path = Path(manifest["build_dir"]) / "bin" / exe_name(name)
