@@ -36,6 +36,23 @@ def test_parse_failure_is_a_tqerror():
         parse_output("x", "llama_model_load: error loading model\n")
 
 
+def test_too_short_text_and_error_lines():
+    """A text under two contexts: llama-perplexity logs an error (at exit 0) and the memory table after it; the
+    error says so, with what to do, and exit code 2 (bad input). Other failures show the lines logged as errors."""
+    log = ("0.00.123.668 I load: special tokens cache size = 17\n"
+           "0.00.210.551 E perplexity: you need at least 1024 tokens to evaluate perplexity with a context of 512\n"
+           "0.00.210.618 I common_memory_breakdown_print: | memory breakdown [MiB] | total   free |\n"
+           "0.00.210.620 I common_memory_breakdown_print: |   - Host  |  235 =  92 +  45 |\n")
+    with pytest.raises(TqError) as e:
+        parse_output("f16", log)
+    assert e.value.code == 2 and "needs at least 1024 tokens at -c 512" in e.value.message
+    assert "longer text" in e.value.hint
+    with pytest.raises(TqError) as e:
+        parse_output("f16", log.replace("you need at least 1024 tokens to evaluate perplexity with a context of 512",
+                                        "failed to tokenize"))
+    assert e.value.message.endswith(": perplexity: failed to tokenize") and e.value.code == 1
+
+
 def test_cache_config():
     assert CacheConfig.parse("q8_0/turbo4").args() == ["-ctk", "q8_0", "-ctv", "turbo4"]
     assert CacheConfig.parse("turbo3").label == "turbo3" and CacheConfig.parse("turbo3").v == "turbo3"

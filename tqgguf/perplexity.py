@@ -108,6 +108,10 @@ def parse_output(config: str, text: str) -> PplResult:
         return PplResult(config, _f(m.group(1)), _f(m.group(2)), kv_mib, kv_k, kv_v, log=text)
     q = re.search(r"Mean PPL\(Q\)\s*:\s*" + _PM, text)
     if not q:
+        short = re.search(r"you need at least (\d+) tokens to evaluate perplexity with a context of (\d+)", text)
+        if short:
+            raise TqError(f"{config}: the text is too short: llama-perplexity needs at least {short.group(1)} tokens "
+                          f"at -c {short.group(2)}", "give a longer text (-f) or a smaller -c", code=2)
         raise TqError(f"no perplexity result in the output of {config}: {tail(text)}", code=1)
     res = PplResult(config, _f(q.group(1)), _f(q.group(2)), kv_mib, kv_k, kv_v, log=text)
     if (m := re.search(r"Mean PPL\(Q\)/PPL\(base\)\s*:\s*" + _PM, text)):

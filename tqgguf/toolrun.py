@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import codecs
 import os
+import re
 import selectors
 import signal
 import subprocess
@@ -96,7 +97,13 @@ def stream(cmd: list[str], what: str, on_output: Callable[[str, str], None] | No
                    round(time.monotonic() - t0, 2))
 
 
+# a line llama.cpp logged at error level, with -lv's timestamp: "0.00.210.551 E perplexity: you need at least ..."
+_ERROR_LINE = re.compile(r"^\d+\.\d+\.\d+\.\d+ E (.+)$")
+
+
 def tail(text: str, n: int = 3) -> str:
-    """The last n non-empty lines, joined: what a one-line error shows of a tool's output."""
+    """What a one-line error shows of a tool's output: the last n lines the tool logged as errors, else the last n
+    non-empty lines, joined."""
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    return " | ".join(lines[-n:])
+    errors = [m.group(1) for ln in lines if (m := _ERROR_LINE.match(ln))]
+    return " | ".join((errors or lines)[-n:])
