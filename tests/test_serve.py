@@ -250,11 +250,14 @@ def test_unknown_cache_type(smol, env):
     assert "unknown cache type 'turbo5'" in _one_error_line(r.stderr)
 
 
-def test_incompatible_request(smol, env):
-    """turbo types need flash attention: asking for it to be off cannot work."""
+@pytest.mark.parametrize("fa", [["-fa", "off"], ["--flash-attn", "off"], ["--"]])
+def test_incompatible_request(fa, smol, env):
+    """turbo types need flash attention: asking for it to be off (serve's own -fa, or llama-server's after --)
+    cannot work."""
     marker = f"tq-{uuid.uuid4().hex[:10]}"
-    r = _run(["serve", "-m", str(smol), "-ctk", "turbo4", "-ctv", "turbo2", "--port", "auto", "--",
-              "-fa", "off", "-a", marker], env)
+    after = ["-fa", "off"] if fa == ["--"] else []
+    r = _run(["serve", "-m", str(smol), "-ctk", "turbo4", "-ctv", "turbo2", "--port", "auto", *fa, *after,
+              *([] if fa == ["--"] else ["--"]), "-a", marker], env)
     assert r.returncode == 2
     line = _one_error_line(r.stderr)
     assert "cannot work" in line and "flash attention" in line, line
@@ -318,16 +321,38 @@ def test_server_killed_mid_run(smol, env):
 
 
 def test_a_different_effective_config_fails_after_launch(smol, env):
-    """llama-server takes the last of repeated flags: a -ctv after -- overrides tqgguf's. The log shows it, and
-    serve stops the server and exits 1."""
+    """A llama-server flag after -- that changes the V types tqgguf asked for (here every layer's, by the series'
+    --cache-type-v-layers): the log shows it, and serve stops the server and exits 1."""
     marker = f"tq-{uuid.uuid4().hex[:10]}"
     r = _run(["serve", "-m", str(smol), "-ctk", "turbo4", "-ctv", "turbo2", "-c", "512", "--port", "auto", "--",
-              "-ctv", "q8_0", "-t", "1", "-a", marker], env, timeout=START_TIMEOUT)
+              "--cache-type-v-layers", "0-29:q8_0", "-t", "1", "-a", marker], env, timeout=START_TIMEOUT)
     assert r.returncode == 1, r.stderr
     line = _one_error_line(r.stderr)
     assert "not running what was requested" in line and "is q8_0 (requested turbo2)" in line, line
     assert not _procs_with(marker)
 
+
+
+@pytest.mark.parametrize("args,flag,ours", [
+    (["serve", "--", "-ctv", "q8_0"], "-ctv", "-ctv"),
+    (["serve", "--", "--cache-type-k=q8_0"], "--cache-type-k", "-ctk"),
+    (["serve", "--", "-lv", "1"], "-lv", None),
+    (["serve", "--", "--port", "9999"], "--port", "--port"),
+    (["ppl", "-f", __file__, "--", "-c", "128"], "-c", "-c"),
+    (["bench", "--", "-d", "1024"], "-d", "--depth"),
+    (["bench", "--batched", "--", "-npl", "4"], "-npl", "--npl"),
+    (["niah", "--", "-ngl", "0"], "-ngl", "-ngl"),
+])
+def test_flags_tqgguf_sets_are_refused_after_the_separator(args, flag, ours, smol, tmp_path):
+    """After --, a flag tqgguf passes itself would be overridden silently (the tools take the later one) or would
+    hide what tqgguf reads from the log: refused before anything runs, naming tqgguf's own option."""
+    env = dict(os.environ, TQGGUF_CACHE=str(tmp_path), NO_COLOR="1", COLUMNS="200")
+    cmd, rest = args[0], args[1:]
+    r = subprocess.run([sys.executable, "-m", "tqgguf", cmd, "-m", str(smol), *rest], capture_output=True, text=True,
+                       env=env, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert f"{flag} after -- would override what tqgguf {cmd} passes" in r.stderr and "Traceback" not in r.stderr
+    assert (f"use tqgguf's {ours} instead" if ours else "leave it out") in r.stderr
 
 def test_fallback_is_refused_unless_allowed(llama_source, env, tmp_path):
     """Head dim 96: turbo3 falls back to q8_0. Refused before launch; with --allow-fallback the server runs and

@@ -557,6 +557,7 @@ def serve(
     ctx_size: Annotated[Optional[int], typer.Option("-c", "--ctx-size", help="Context size (llama-server's -c; default: the model's).")] = None,
     parallel: Annotated[Optional[int], typer.Option("-np", "--parallel", help="Server slots (llama-server's -np).")] = None,
     n_gpu_layers: Annotated[Optional[str], typer.Option("-ngl", "--n-gpu-layers", help="Layers on the GPU (llama-server's -ngl).")] = None,
+    flash_attn: Annotated[Optional[str], typer.Option("-fa", "--flash-attn", help="on, off or auto (llama-server's -fa; default: on, which turbo types need).")] = None,
     host: Annotated[str, typer.Option("--host", help="Address to bind; anything but loopback needs --api-key.")] = "127.0.0.1",
     port: Annotated[str, typer.Option("--port", help="Port, or auto for a free one.")] = "8080",
     api_key: Annotated[Optional[str], typer.Option("--api-key", help="API key clients must send (passed to llama-server by environment).", envvar="TQGGUF_API_KEY")] = None,
@@ -588,9 +589,13 @@ def serve(
 
     from .serve import Ui, describe, make_request, run_serve
 
-    extra = list(context.args)
-    if extra and "--" not in sys.argv[1:]:
-        raise TqError(f"unexpected argument {extra[0]!r}", "pass llama-server arguments after --")
+    extra = _extra_args(context, "llama-server")
+    if flash_attn is not None:
+        if flash_attn not in ("on", "off", "auto"):
+            raise TqError(f"-fa must be on, off or auto, got {flash_attn!r}")
+        if any(a.split("=", 1)[0] in ("-fa", "--flash-attn") for a in extra):
+            raise TqError("-fa is given twice (before and after --)", "keep one")
+        extra = ["-fa", flash_attn, *extra]
     for name, val in (("-c", ctx_size), ("-np", parallel)):
         if val is not None and val < (0 if name == "-c" else 1):
             raise TqError(f"{name} must be {'>= 0' if name == '-c' else '>= 1'}, got {val}")
@@ -632,10 +637,41 @@ BackendOpt = Annotated[list[str], typer.Option("--backend", "-b", help="Which tq
 PlotOpt = Annotated[bool, typer.Option("--plot", help="Also write a PNG (needs the plot extra: pip install 'tqgguf[plot]').")]
 
 
-def _extra_args(context: typer.Context, tool: str) -> list[str]:
+# flags of the llama.cpp tools that tqgguf sets itself (passed after --, the tool would take the later one and run
+# something else than asked, or tqgguf could no longer read its log): the tqgguf option to use instead
+_CACHE_FLAGS = {"-ctk": "-ctk", "--cache-type-k": "-ctk", "-ctv": "-ctv", "--cache-type-v": "-ctv",
+                "--cache-boundary-layers": "--boundary-v", "--cache-type-v-boundary": "--boundary-v-type"}
+_OWNED = {
+    "llama-server": {**_CACHE_FLAGS, "-m": "-m", "--model": "-m", "-c": "-c", "--ctx-size": "-c", "-np": "-np",
+                     "--parallel": "-np", "-ngl": "-ngl", "--gpu-layers": "-ngl", "--n-gpu-layers": "-ngl",
+                     "--host": "--host", "--port": "--port", "--api-key": "--api-key", "-lv": None,
+                     "--verbosity": None, "--log-verbosity": None},
+    "llama-perplexity": {**_CACHE_FLAGS, "-m": "-m", "--model": "-m", "-f": "-f", "--file": "-f", "-c": "-c",
+                         "--ctx-size": "-c", "--chunks": "--chunks", "-ngl": "-ngl", "--gpu-layers": "-ngl",
+                         "--n-gpu-layers": "-ngl", "--kl-divergence": None, "--kl-divergence-base": None},
+    "llama-bench": {**_CACHE_FLAGS, "-m": "-m", "--model": "-m", "-p": "-p", "--n-prompt": "-p", "-n": "-n",
+                    "--n-gen": "-n", "-d": "--depth", "--n-depth": "--depth", "-r": "-r", "--repetitions": "-r",
+                    "-ngl": "-ngl", "--n-gpu-layers": "-ngl", "-o": None, "--output": None, "-fa": None,
+                    "--flash-attn": None},
+    "llama-batched-bench": {**_CACHE_FLAGS, "-m": "-m", "--model": "-m", "-c": "-c", "--ctx-size": "-c",
+                            "-npl": "--npl", "-npp": "-p", "-ntg": "-n", "-ngl": "-ngl", "--gpu-layers": "-ngl",
+                            "--n-gpu-layers": "-ngl"},
+}
+
+
+def _extra_args(context: typer.Context, tool: str, command: str | None = None) -> list[str]:
+    """The arguments after -- for `tool`, refusing the flags tqgguf sets itself."""
     extra = list(context.args)
     if extra and "--" not in sys.argv[1:]:
         raise TqError(f"unexpected argument {extra[0]!r}", f"pass {tool} arguments after --")
+    owned = _OWNED.get(tool, {})
+    for a in extra:
+        flag = a.split("=", 1)[0]
+        if flag in owned:
+            ours = owned[flag]
+            raise TqError(f"{flag} after -- would override what tqgguf {command or context.command.name} "
+                          f"passes to {tool} itself",
+                          f"use tqgguf's {ours} instead" if ours else "tqgguf sets it; leave it out")
     return extra
 
 
