@@ -659,7 +659,7 @@ _OWNED = {
 }
 
 
-def _extra_args(context: typer.Context, tool: str, command: str | None = None) -> list[str]:
+def _extra_args(context: typer.Context, tool: str) -> list[str]:
     """The arguments after -- for `tool`, refusing the flags tqgguf sets itself."""
     extra = list(context.args)
     if extra and "--" not in sys.argv[1:]:
@@ -669,7 +669,7 @@ def _extra_args(context: typer.Context, tool: str, command: str | None = None) -
         flag = a.split("=", 1)[0]
         if flag in owned:
             ours = owned[flag]
-            raise TqError(f"{flag} after -- would override what tqgguf {command or context.command.name} "
+            raise TqError(f"{flag} after -- would override what tqgguf {context.command.name} "
                           f"passes to {tool} itself",
                           f"use tqgguf's {ours} instead" if ours else "tqgguf sets it; leave it out")
     return extra
