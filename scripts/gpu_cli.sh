@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # tqgguf's own commands end to end on a CUDA machine, as a user runs them: `tqgguf build -b cuda --source` applies
 # the series to a pristine tree and builds it, then doctor, synth, check --gpu, serve (asymmetric K/V with the
-# boundary-layer V policy, a completion, a pair CUDA has no kernel for), bench, ppl and niah run on that build.
-# scripts/h200_run.sh measures the kernels with the tools themselves; this checks the Python side on a GPU.
+# boundary-layer V policy, a completion, a pair CUDA has no kernel for), bench, bench --batched --gpu, ppl and niah
+# run on that build. scripts/h200_run.sh measures the kernels with the tools themselves; this checks the Python side
+# on a GPU.
 #
 # Needs .h200/pristine.tar.gz (`scripts/prepare_h200.py --pristine`: the pinned tree without the series, slimmed;
 # TQ_SOURCE=DIR uses an unpacked tree instead), python3 with numpy, typer and rich (requests from .h200/pydeps
@@ -10,8 +11,10 @@
 #
 #   bash scripts/gpu_cli.sh            (results in $OUT, default ./gpu-cli-out)
 #
-# Every check prints PASS or FAIL and goes to $OUT/checks.txt; each command's output is kept next to it. The exit
-# code is the number of failed checks (0: all passed).
+# Every check prints PASS or FAIL and goes to $OUT/checks.txt; each command's output is kept next to it, and all of
+# it in $OUT/all.tgz. The exit code is the number of failed checks (0: all passed). Settings: TQ_WORK (the unpacked
+# tree, the cache and the model; default /tmp/tq-gpu-cli), TQ_CUDA_ARCH (90-real), TQ_SYNTH_ARGS (the model's
+# shape: 8 layers, head size 128, GQA 4, q4_0), TQ_TEXT (the ppl text), TQ_MAX_NPL (64).
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
