@@ -238,3 +238,43 @@ def test_find_bin_takes_a_build_of_the_same_backends_with_other_flags(tmp_path, 
     assert find_bin(src, BuildSpec(backends=["cuda"], cuda_arch="80"), "llama-server") == old / "llama-server"
     with pytest.raises(TqError, match="llama-cli is not in the build"):
         find_bin(src, BuildSpec(backends=["cuda"]), "llama-cli")
+
+
+def test_a_patches_apply_tree_is_built_as_it_is(tmp_path, monkeypatch, pin):
+    """`tqgguf build --source DIR` on a tree made by `tqgguf patches apply DIR` (the maintenance loop): the series is
+    in its commits already, so it is built as it is, edits and new commits included, in one work copy and build
+    folder; the manifest lists its commits on the base tag."""
+    import os
+
+    from tqgguf.patches import init_repo
+    from tqgguf.source import local_source
+
+    monkeypatch.setenv("TQGGUF_CACHE", str(tmp_path / "cache"))
+    src = tmp_path / "tree"
+    (src / "ggml").mkdir(parents=True)
+    (src / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.14)\nproject(t C)\n"
+        "set(CMAKE_RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)\nadd_executable(hello hello.c)\n")
+    (src / "hello.c").write_text('#include <stdio.h>\nint main(void) { printf("1\\n"); return 0; }\n')
+    init_repo(src, "upstream")
+    env = dict(os.environ, GIT_AUTHOR_NAME="d", GIT_AUTHOR_EMAIL="d@example.invalid", GIT_COMMITTER_NAME="d",
+               GIT_COMMITTER_EMAIL="d@example.invalid", GIT_CONFIG_GLOBAL=os.devnull, GIT_CONFIG_NOSYSTEM="1",
+               GIT_CEILING_DIRECTORIES=str(tmp_path))
+    (src / "hello.c").write_text('#include <stdio.h>\nint main(void) { printf("2\\n"); return 0; }\n')
+    subprocess.run(["git", "commit", "-qam", "hello: print 2"], cwd=src, env=env, check=True)
+    spec = BuildSpec(backends=["cpu"], targets=["hello"])
+
+    def hello(res) -> str:
+        return subprocess.run([str(res.bin_dir / "hello")], capture_output=True, text=True, check=True).stdout.strip()
+
+    source = local_source(src)
+    assert source.series_in_tree
+    first = run_build(source, pin, spec)                 # the real series would not apply here: it is not applied
+    assert hello(first) == "2"
+    assert [p["name"] for p in first.manifest["patches"]] == ["0001 hello: print 2"]
+    (src / "hello.c").write_text('#include <stdio.h>\nint main(void) { printf("3\\n"); return 0; }\n')
+    subprocess.run(["git", "commit", "-qam", "hello: print 3"], cwd=src, env=env, check=True)
+    second = run_build(local_source(src), pin, spec)
+    assert second.build_dir == first.build_dir and second.changed_files == ["hello.c"] and hello(second) == "3"
+    assert [p["name"] for p in second.manifest["patches"]] == ["0001 hello: print 2", "0002 hello: print 3"]
+    assert second.manifest["source"]["commit"] == local_source(src).commit != first.manifest["source"]["commit"]

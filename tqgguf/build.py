@@ -16,7 +16,7 @@ from typing import Callable
 
 from . import __version__
 from .errors import TqError
-from .patches import patch_info, sync_series
+from .patches import patch_info, sync_series, tree_series
 from .paths import cache_dir
 from .pin import Pin
 from .progress import error_lines, parse_line
@@ -232,9 +232,14 @@ def run_build(source: Source, pin: Pin, spec: BuildSpec, jobs: int | None = None
     t0 = time.monotonic()
     if not shutil.which("cmake"):
         raise TqError("cmake is not installed", "apt-get install cmake (or pip install cmake); see `tqgguf doctor`")
-    patches = pin.patch_paths
     work = work_tree(source)
-    log(f"applying {len(patches)} patch(es) to {work}")
+    if source.series_in_tree:
+        # a `tqgguf patches apply` tree: the series (as its commits, perhaps edited) is in it already
+        patches = []
+        log(f"{source.root} has the series in its commits (tqgguf patches apply): building it as it is")
+    else:
+        patches = pin.patch_paths
+        log(f"applying {len(patches)} patch(es) to {work}")
     changed = sync_series(source.root, work, patches, mirror=source.kind == "local")
     bdir = build_dir(source, spec)
     bdir.mkdir(parents=True, exist_ok=True)
@@ -260,7 +265,8 @@ def run_build(source: Source, pin: Pin, spec: BuildSpec, jobs: int | None = None
     manifest = {
         "tqgguf": __version__,
         "source": source.to_dict(),
-        "patches": [{"name": p.name, "sha256": patch_info(p).sha256} for p in patches],
+        "patches": (tree_series(source.root) if source.series_in_tree
+                    else [{"name": p.name, "sha256": patch_info(p).sha256} for p in patches]),
         "backends": spec.backends,
         "build_type": spec.build_type,
         "cmake_args": args,

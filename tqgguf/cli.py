@@ -51,7 +51,9 @@ def _cli(fn):
 
 
 def _log(msg: str) -> None:
-    err.print(f"[dim]{msg}[/]", highlight=False)
+    from rich.markup import escape
+
+    err.print(f"[dim]{escape(msg)}[/]", highlight=False, soft_wrap=True)
 
 
 def _version(value: bool) -> None:

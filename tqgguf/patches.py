@@ -248,6 +248,14 @@ def am_series(tree: Path, patches: list[Path]) -> None:
             raise _failure(p, r.stderr + r.stdout)
 
 
+def tree_series(tree: Path) -> list[dict]:
+    """The commits of a `tqgguf patches apply` tree on top of its base tag, oldest first, numbered as an exported
+    series would be: [{"name": "0001 subject", "commit": sha}]."""
+    r = _git(["log", "--reverse", "--format=%H%x09%s", f"{BASE_TAG}..HEAD"], tree)
+    rows = [ln.split("\t", 1) for ln in r.stdout.splitlines() if ln.strip()]
+    return [{"name": f"{i:04d} {subject}", "commit": sha} for i, (sha, subject) in enumerate(rows, 1)]
+
+
 def export_series(tree: Path, out_dir: Path) -> tuple[list[str], list[str]]:
     """Write tqgguf-base..HEAD of `tree` as a deterministic series into `out_dir`.
 

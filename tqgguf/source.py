@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from .errors import TqError
+from .patches import BASE_TAG
 from .paths import cache_dir
 from .pin import Pin
 
@@ -33,6 +34,7 @@ class Source:
     commit: str
     sha256: str | None = None
     version: str | None = None
+    series_in_tree: bool = False  # a `tqgguf patches apply` tree: the series is in its commits, built as it is
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -170,6 +172,7 @@ def local_source(path: Path) -> Source:
     if not (root / "CMakeLists.txt").is_file() or not (root / "ggml").is_dir():
         raise TqError(f"{root} does not look like a llama.cpp source tree (no CMakeLists.txt and ggml/)")
     commit = "unknown"
+    applied = False
     # only a repository whose top is the tree itself: a tree unpacked inside another checkout is not that one's commit
     env = dict(os.environ, GIT_CEILING_DIRECTORIES=str(root.parent))
     try:
@@ -180,10 +183,14 @@ def local_source(path: Path) -> Source:
                                    capture_output=True, text=True, env=env).stdout.strip()
             if dirty:
                 commit += "-dirty"
+            applied = subprocess.run(["git", "-C", str(root), "rev-parse", "-q", "--verify", f"refs/tags/{BASE_TAG}"],
+                                     capture_output=True, text=True, env=env).returncode == 0
     except OSError:
         pass
-    key = "local-" + hashlib.sha256(f"{root}\0{commit}".encode()).hexdigest()[:12]
-    return Source(root=root, kind="local", key=key, commit=commit)
+    # keyed by the path alone: a new commit or an edit is brought into the same work copy and build folder (only the
+    # changed files are copied and rebuilt); the commit is recorded in the build's manifest
+    key = "local-" + hashlib.sha256(str(root).encode()).hexdigest()[:12]
+    return Source(root=root, kind="local", key=key, commit=commit, series_in_tree=applied)
 
 
 def resolve_source(pin: Pin, path: Path | None, log: Log = _quiet) -> Source:
