@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -72,6 +73,14 @@ def test_error_lines_pick_the_cause():
            "cc1: warning: something\nninja: build stopped: subcommand failed.\n")
     got = error_lines(log)
     assert got[0] == "FAILED: a.o" and "unknown type name" in got[1] and not any("warning" in g for g in got)
+    # CMake: the message after each header, once; llama.cpp's build-info probing of a tree without .git left out
+    cmake = ("fatal: not a git repository (or any of the parent directories): .git\n"
+             "CMake Error in ggml/src/ggml-cuda/CMakeLists.txt:\n"
+             "  CUDA_ARCHITECTURES is set to \"native\", but no GPU was detected.\n\n\n"
+             "CMake Error in ggml/src/ggml-cuda/CMakeLists.txt:\n"
+             "  CUDA_ARCHITECTURES is set to \"native\", but no GPU was detected.\n")
+    assert error_lines(cmake) == ['CMake Error in ggml/src/ggml-cuda/CMakeLists.txt: CUDA_ARCHITECTURES is set to '
+                                  '"native", but no GPU was detected.']
 
 
 @pytest.mark.build
@@ -244,8 +253,6 @@ def test_a_patches_apply_tree_is_built_as_it_is(tmp_path, monkeypatch, pin):
     """`tqgguf build --source DIR` on a tree made by `tqgguf patches apply DIR` (the maintenance loop): the series is
     in its commits already, so it is built as it is, edits and new commits included, in one work copy and build
     folder; the manifest lists its commits on the base tag."""
-    import os
-
     from tqgguf.patches import init_repo
     from tqgguf.source import local_source
 
@@ -278,3 +285,25 @@ def test_a_patches_apply_tree_is_built_as_it_is(tmp_path, monkeypatch, pin):
     assert second.build_dir == first.build_dir and second.changed_files == ["hello.c"] and hello(second) == "3"
     assert [p["name"] for p in second.manifest["patches"]] == ["0001 hello: print 2", "0002 hello: print 3"]
     assert second.manifest["source"]["commit"] == local_source(src).commit != first.manifest["source"]["commit"]
+
+
+def test_cuda_without_arch_needs_a_visible_gpu(tmp_path, monkeypatch):
+    """`tqgguf build -b cuda` builds for the GPUs here (CMake's native): where nvidia-smi lists none, that is a
+    one-line error with the architectures to pass, before anything is fetched or configured (CMake's own message
+    came after a minute, among unrelated lines)."""
+    from tqgguf.gpu import cuda_archs
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    smi = fake / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed' >&2\nexit 9\n")
+    smi.chmod(0o755)
+    env = dict(os.environ, PATH=f"{fake}:/usr/bin:/bin", TQGGUF_CACHE=str(tmp_path / "cache"))
+    r = subprocess.run([sys.executable, "-m", "tqgguf", "build", "-b", "cuda"], capture_output=True, text=True,
+                       env=env, timeout=60)
+    assert r.returncode == 2 and "nvidia-smi lists none" in r.stderr and "--cuda-arch: 90" in r.stderr, r.stderr
+    assert not (tmp_path / "cache").exists()
+    monkeypatch.setenv("PATH", f"{fake}:/usr/bin:/bin")
+    assert cuda_archs() == []
+    smi.write_text("#!/bin/sh\nprintf '9.0\\n8.6\\n9.0\\n'\n")
+    assert cuda_archs() == ["86", "90"]

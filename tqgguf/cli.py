@@ -254,6 +254,13 @@ def build(
     spec = BuildSpec(backends=backend, build_type=build_type, cuda_arch=cuda_arch,
                      cuda_compression=cuda_compression, hip_arch=hip_arch,
                      native=native, targets=tlist)
+    if "cuda" in spec.backends and cuda_arch is None and not print_bin:
+        from .gpu import cuda_archs
+
+        if not cuda_archs():
+            raise TqError("-b cuda without --cuda-arch builds for this machine's GPUs (CMake's native), and nvidia-smi "
+                          "lists none", "pass --cuda-arch: 90 for H100/H200, 89 for RTX 40xx/L4, 86 for RTX 30xx, "
+                          "80 for A100, or native to let CMake look", code=2)
     if print_bin:
         src = resolve_source(pin, source) if source else cached_pinned_source(pin)
         if src is None:

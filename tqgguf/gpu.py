@@ -1,4 +1,5 @@
-"""Free memory of a visible NVIDIA GPU, read with nvidia-smi (for `tqgguf check --gpu`)."""
+"""NVIDIA GPUs as nvidia-smi reports them: the free memory of a visible one (for `tqgguf check --gpu`), and the
+architectures of all (for `tqgguf build -b cuda` without --cuda-arch)."""
 
 from __future__ import annotations
 
@@ -35,3 +36,18 @@ def gpu_free() -> tuple[int, str]:
                       "give the budget with --mem 24GiB")
     name, free, total = parts[0], int(parts[1]), int(parts[2])
     return free * MIB, f"GPU {idx} {name}: {free} of {total} MiB free"
+
+
+def cuda_archs() -> list[str]:
+    """The CUDA architectures (e.g. "90") of the NVIDIA GPUs nvidia-smi lists; empty without nvidia-smi or GPU."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return []
+    try:
+        r = subprocess.run([smi, "--query-gpu=compute_cap", "--format=csv,noheader"], capture_output=True, text=True,
+                           timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if r.returncode != 0:
+        return []
+    return sorted({ln.strip().replace(".", "") for ln in r.stdout.splitlines() if ln.strip().replace(".", "").isdigit()})

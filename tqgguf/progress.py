@@ -41,6 +41,17 @@ _ERR = re.compile(r"(\berror\b|FAILED:|Error \d+|undefined reference|fatal)", re
 
 
 def error_lines(log: str, n: int = 15) -> list[str]:
-    """The first lines that look like errors (compilers print the cause first), at most n."""
-    out = [ln for ln in log.splitlines() if _ERR.search(ln) and "-Werror" not in ln and "warning" not in ln.lower()]
+    """The first lines that look like errors (compilers print the cause first), at most n. A CMake error's header
+    comes with its message (the next non-empty line); git's complaints while llama.cpp's CMake looks for its build
+    info in a tree without .git are no error."""
+    lines = log.splitlines()
+    out: list[str] = []
+    for i, ln in enumerate(lines):
+        if not _ERR.search(ln) or "-Werror" in ln or "warning" in ln.lower() or "not a git repository" in ln:
+            continue
+        if ln.startswith("CMake Error"):
+            nxt = next((m.strip() for m in lines[i + 1:i + 4] if m.strip()), "")
+            ln = f"{ln.rstrip(':')}: {nxt}" if nxt else ln
+        if ln not in out:
+            out.append(ln)
     return out[:n]
