@@ -458,7 +458,7 @@ def test_cli_check_warnings_exit_1(models):
 
 
 def test_cli_check_bad_options(models):
-    for args, word in ((["--mem", "lots"], "--mem"), (["--config", "q9_9"], "unknown cache type"),
+    for args, word in ((["--mem", "lots"], "--mem"), (["--config", "q9_9"], "unknown K cache type"),
                        (["--parallel", "0"], "--parallel"), (["--fit", "tokens"], "--fit")):
         r = run_cli("check", str(models["hd64"]), *args)
         assert r.returncode == 2 and word in r.stderr and "Traceback" not in r.stderr

@@ -166,3 +166,24 @@ def test_real_run_allocates_the_same(llama_bin, text, cases):
     est = estimate(case, "q8_0/turbo3", 4, False)
     assert deviation(est.k_bytes, res.kv_k_mib) <= 0.01 and deviation(est.v_bytes, res.kv_v_mib) <= 0.01
     assert res.ppl > 1
+
+
+@pytest.mark.parametrize("model", ["smollm2", "swa"])
+def test_boundary_configs_match_llama_cpp(llama_bin, text, cases, model):
+    """`tqgguf check --config K/V+bvN[:T]` sizes the boundary layers' V at their type, as llama.cpp allocates them,
+    in each cache of a sliding-window model too (its boundary layers fall in both caches)."""
+    from tqgguf.check_report import _v_layers
+
+    case = cases[model]
+    _, facts = load_facts(case.model)
+    rt = kvmem.Runtime(ctx=case.c(1), n_seq=1, unified=False, n_batch=case.c(1), n_ubatch=case.ubatch or 512)
+    for cfg in ("turbo4/turbo2+bv2", "q8_0/turbo3+bv3:f16", "turbo3+bv1"):
+        row, v_layers = _v_layers(facts, True, cfg)
+        assert row["supported"] and v_layers, (cfg, row)
+        est = kvmem.kv_size(facts, rt, row["effective_k"], row["effective_v"], v_layers)
+        plain = kvmem.kv_size(facts, rt, row["effective_k"], row["effective_v"])
+        assert est.v_bytes > plain.v_bytes and est.k_bytes == plain.k_bytes
+        got = launch(llama_bin, text, case, cfg, 1, False)
+        assert [g.cells for g in got] == [c.cells for c in est.caches]
+        for g, c in zip(got, est.caches):
+            assert deviation(c.k_bytes, g.k_mib) <= 0.01 and deviation(c.v_bytes, g.v_mib) <= 0.01, (model, cfg, g, c)

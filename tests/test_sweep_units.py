@@ -468,3 +468,31 @@ def test_help_has_examples():
     for cmd in ("ppl", "bench", "niah"):
         r = _cli([cmd, "--help"], dict(os.environ, COLUMNS="200", NO_COLOR="1"))
         assert r.returncode == 0 and "Examples" in r.stdout and f"tqgguf {cmd} -m" in r.stdout
+
+
+def test_batched_fit_counts_the_boundary_layers():
+    """bench --batched with a budget: a +bvN config's boundary layers hold V at their type, so fewer sequences fit
+    than for the same pair without the policy (they were not counted before); a boundary type that raises nothing
+    says so."""
+    from tqgguf import kvcompat, kvmem
+    from tqgguf.bench_sweep import fit_sequences
+    from tqgguf.gguf_check import load_facts
+    from tqgguf.models import smollm2_path
+    from tqgguf.perplexity import CacheConfig
+
+    model = smollm2_path()
+    _, facts = load_facts(model)
+    # exactly 40 sequences of 4096 tokens of turbo2 fit this budget
+    rt = kvmem.Runtime(ctx=40 * 4096, n_seq=40, unified=False)
+    budget = facts.weights_bytes + kvmem.kv_size(facts, rt, "turbo4", "turbo2").total + kvmem.compute_margin(facts, rt)
+    cfgs = [CacheConfig.parse(c) for c in ("turbo4/turbo2", "turbo4/turbo2+bv2", "q8_0/q8_0+bv2")]
+    fits = fit_sequences(model, cfgs, 4096, budget)
+    assert fits["turbo4/turbo2"]["sequences"] == 40 and fits["turbo4/turbo2"]["note"] == ""
+    assert fits["turbo4/turbo2+bv2"]["sequences"] < 40 and fits["turbo4/turbo2+bv2"]["note"] == ""
+    b = kvcompat.boundary_v(facts, "turbo2", 2, "q8_0")
+    n = fits["turbo4/turbo2+bv2"]["sequences"]
+    rt_n = kvmem.Runtime(ctx=n * 4096, n_seq=n, unified=False)
+    need = facts.weights_bytes + kvmem.kv_size(facts, rt_n, "turbo4", "turbo2", b.v_layers).total \
+        + kvmem.compute_margin(facts, rt_n)
+    assert fits["turbo4/turbo2+bv2"]["need_mib"] == round(need / kvmem.MIB, 1)
+    assert "changes nothing" in fits["q8_0+bv2"]["note"]

@@ -269,9 +269,13 @@ def fit_sequences(model: Path, configs: list[CacheConfig], seq_ctx: int, budget:
         if err:
             out[c.label] = {"sequences": 0, "error": err}
             continue
-        f = kvmem.fit(facts, base, ek, ev, budget, "slots")
+        b = kvcompat.boundary_v(facts, ev, c.boundary_n, c.boundary_type)
+        if b.error:
+            out[c.label] = {"sequences": 0, "error": f"boundary type {c.boundary_type}: {b.error}"}
+            continue
+        f = kvmem.fit(facts, base, ek, ev, budget, "slots", v_layers=None if b.note else b.v_layers)
         out[c.label] = {"sequences": f.value, "need_mib": round(f.need / kvmem.MIB, 1), "capped": f.capped,
-                        "note": "boundary layers not counted" if c.boundary_n else ""}
+                        "note": b.note or ""}
     return out
 
 

@@ -33,15 +33,32 @@ def _mib(b: int) -> float:
     return round(b / MIB, 2)
 
 
-def _config_row(facts: ModelFacts, rt: Runtime, cfg: str, f16_total: int | None) -> dict:
-    k, v = advice.split(cfg)
-    ek, ev, err = kvcompat.config_effective(facts, k, v, rt.flash_attn)
-    row = {"config": cfg, "k": k, "v": v}
+def _v_layers(facts: ModelFacts, flash_attn: bool, cfg: str) -> tuple[dict, dict[int, str] | None]:
+    """A config as written (`K/V`, `T`, with `+bvN[:TYPE]` for the boundary-layer V policy): its row's first fields
+    (an error when llama.cpp would refuse it) and the V type of each layer where the boundary policy changes it."""
+    from .perplexity import CacheConfig
+
+    c = CacheConfig.parse(cfg)
+    row = {"config": c.label, "k": c.k, "v": c.v}
+    ek, ev, err = kvcompat.config_effective(facts, c.k, c.v, flash_attn)
     if err:
-        return row | {"supported": False, "error": err}
-    size = kvmem.kv_size(facts, rt, ek, ev)
-    row |= {"supported": True, "effective_k": ek, "effective_v": ev, "k_bytes": size.k_bytes, "v_bytes": size.v_bytes,
-            "k_mib": _mib(size.k_bytes),
+        return row | {"supported": False, "error": err}, None
+    row |= {"supported": True, "effective_k": ek, "effective_v": ev}
+    if not c.boundary_n:
+        return row, None
+    b = kvcompat.boundary_v(facts, ev, c.boundary_n, c.boundary_type, flash_attn)
+    if b.error:
+        return row | {"supported": False, "error": f"boundary type {c.boundary_type}: {b.error}"}, None
+    row |= {"boundary_layers": b.layers, "boundary_type": b.type} | ({"note": b.note} if b.note else {})
+    return row, (None if b.note else b.v_layers)
+
+
+def _config_row(facts: ModelFacts, rt: Runtime, cfg: str, f16_total: int | None) -> dict:
+    row, v_layers = _v_layers(facts, rt.flash_attn, cfg)
+    if not row["supported"]:
+        return row
+    size = kvmem.kv_size(facts, rt, row["effective_k"], row["effective_v"], v_layers)
+    row |= {"k_bytes": size.k_bytes, "v_bytes": size.v_bytes, "k_mib": _mib(size.k_bytes),
             "v_mib": _mib(size.v_bytes), "total_mib": _mib(size.total), "bits_per_value": round(size.bits_per_value, 3),
             "caches": [c.__dict__ for c in size.caches]}
     if f16_total and size.total:
@@ -88,7 +105,8 @@ def build_report(path: Path, opts: CheckOptions) -> dict:
         for row in rows:
             if not row["supported"]:
                 continue
-            f = kvmem.fit(facts, rt, row["effective_k"], row["effective_v"], opts.mem, opts.fit, opts.margin)
+            f = kvmem.fit(facts, rt, row["effective_k"], row["effective_v"], opts.mem, opts.fit, opts.margin,
+                          _v_layers(facts, opts.flash_attn, row["config"])[1])
             fits_out.append(f.__dict__ | {"config": row["config"], "need_mib": _mib(f.need)})
 
         def fits_fn(cfg: str) -> bool:
@@ -133,14 +151,7 @@ def error_report(path: Path, message: str) -> dict:
 
 
 def _layers(idx: list[int]) -> str:
-    if not idx:
-        return "none"
-    runs, start = [], idx[0]
-    for a, b in zip(idx, idx[1:] + [None]):
-        if b != a + 1:
-            runs.append(str(start) if start == a else f"{start}-{a}")
-            start = b
-    return ",".join(runs)
+    return kvcompat.layer_list(idx) or "none"
 
 
 def _heads(f: dict) -> str:
@@ -180,16 +191,21 @@ def format_text(r: dict) -> str:
         out.append("")
         out.append(f"KV memory at -c {rt['ctx']}, {rt['parallel']} slot(s), {mode}: {rt['streams']} x "
                    f"{rt['cells_per_stream']} cells (flash attention {'on' if rt['flash_attn'] else 'off'}):")
-        out.append(f"  {'K/V':<14} {'K MiB':>10} {'V MiB':>10} {'total MiB':>10} {'bits/val':>9}  vs f16")
+        w = max([14] + [len(row["config"]) for row in r["memory"]])
+        out.append(f"  {'K/V':<{w}} {'K MiB':>10} {'V MiB':>10} {'total MiB':>10} {'bits/val':>9}  vs f16")
         for row in r["memory"]:
             if not row["supported"]:
-                out.append(f"  {row['config']:<14} unsupported: {row['error']}")
+                out.append(f"  {row['config']:<{w}} unsupported: {row['error']}")
                 continue
             eff = f"{row['effective_k']}/{row['effective_v']}"
             fb = f"  (runs as {eff})" if (row["effective_k"], row["effective_v"]) != (row["k"], row["v"]) else ""
+            if row.get("note"):
+                fb += f"  ({row['note']})"
+            elif row.get("boundary_layers"):
+                fb += f"  (V of layers {_layers(row['boundary_layers'])} at {row['boundary_type']})"
             ratio = row.get("vs_f16")
             rtxt = "-" if not ratio or row["config"] == "f16" else f"{ratio:.1f}x smaller"
-            out.append(f"  {row['config']:<14} {row['k_mib']:>10.2f} {row['v_mib']:>10.2f} {row['total_mib']:>10.2f} "
+            out.append(f"  {row['config']:<{w}} {row['k_mib']:>10.2f} {row['v_mib']:>10.2f} {row['total_mib']:>10.2f} "
                        f"{row['bits_per_value']:>9.2f}  {rtxt}{fb}")
     fit = r["fit"]
     if fit:
@@ -201,7 +217,8 @@ def format_text(r: dict) -> str:
         for x in fit["results"]:
             val = "nothing fits" if x["value"] == 0 else f"{x['value']}"
             cap = f"  (capped by {x['capped']})" if x["capped"] else ""
-            out.append(f"  {x['config']:<14} {val:>12}  needs {x['need_mib'] / 1024:.2f} GiB{cap}")
+            out.append(f"  {x['config']:<{max([14] + [len(y['config']) for y in fit['results']])}} {val:>12}  "
+                       f"needs {x['need_mib'] / 1024:.2f} GiB{cap}")
     rec = r["recommendation"]
     out.append("")
     if rec["config"]:

@@ -424,7 +424,7 @@ def check(
     batch: Annotated[int, typer.Option("--batch", "-b", help="-b of llama.cpp.")] = 2048,
     ubatch: Annotated[int, typer.Option("--ubatch", "-ub", help="-ub of llama.cpp (sizes sliding-window caches).")] = 512,
     flash_attn: Annotated[bool, typer.Option("--fa/--no-fa", help="Flash attention (turbo types and a quantized V need it).")] = True,
-    config: Annotated[Optional[list[str]], typer.Option("--config", help="K/V pair to size, e.g. q8_0/turbo4 (repeatable; default: a standard set).")] = None,
+    config: Annotated[Optional[list[str]], typer.Option("--config", help="K/V config to size, e.g. q8_0/turbo4 or turbo4/turbo2+bv2 (the boundary-layer V policy); repeatable (default: a standard set).")] = None,
     mem: Annotated[Optional[str], typer.Option("--mem", help="Memory budget for the fit, e.g. 24GiB.")] = None,
     gpu: Annotated[bool, typer.Option("--gpu", help="Use the free memory of the first visible NVIDIA GPU as the budget.")] = False,
     margin: Annotated[Optional[str], typer.Option("--margin", help="Compute margin for the fit (default: estimated from the model).")] = None,
@@ -442,10 +442,12 @@ def check(
         tqgguf check model.gguf --ctx 32768 --parallel 1 --mem 24GiB
 
         tqgguf check model.gguf --ctx 8192 --gpu --fit slots --json
+
+        tqgguf check model.gguf --ctx 32768 --config turbo3 --config turbo4/turbo2+bv2
     """
     from .check_report import DEFAULT_CONFIGS, CheckOptions, build_report, error_report, format_text
-    from .ggml_types import CACHE_TYPES
     from .gguf_read import GgufError
+    from .perplexity import CacheConfig
 
     if fit not in ("ctx", "slots"):
         raise TqError(f"--fit must be ctx or slots, got {fit!r}")
@@ -455,9 +457,7 @@ def check(
         raise TqError("--ctx, --batch and --ubatch must be positive")
     configs = tuple(config) if config else DEFAULT_CONFIGS
     for c in configs:
-        for t in c.split("/", 1):
-            if t not in CACHE_TYPES:
-                raise TqError(f"unknown cache type {t!r} in --config {c}", f"known: {', '.join(CACHE_TYPES)}")
+        CacheConfig.parse(c)          # unknown types and bad +bvN suffixes: one line, exit 2
     budget, source = _size_opt(mem, "--mem"), "--mem"
     if gpu:
         from .gpu import gpu_free

@@ -113,6 +113,52 @@ def config_effective(facts: ModelFacts, k: str, v: str, flash_attn: bool = True)
     return ek, ev, None
 
 
+def layer_list(layers: list[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2,5'."""
+    out, i = [], 0
+    layers = sorted(layers)
+    while i < len(layers):
+        j = i
+        while j + 1 < len(layers) and layers[j + 1] == layers[j] + 1:
+            j += 1
+        out.append(str(layers[i]) if i == j else f"{layers[i]}-{layers[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+@dataclass
+class Boundary:
+    """The boundary-layer V policy (patch 0010) on a model: which layers, at which type, every layer's V type."""
+
+    layers: list[int]            # the first and last n KV-bearing layers (empty: no policy)
+    type: str | None             # their effective V type
+    v_layers: dict[int, str]     # layer index -> V type, every KV-bearing layer
+    note: str | None = None      # why the policy changes nothing here
+    error: str | None = None     # why the boundary type cannot work with this model
+
+
+def boundary_v(facts: ModelFacts, v: str, n: int, btype: str, flash_attn: bool = True) -> Boundary:
+    """The V cache of the first and last n KV-bearing layers at btype (effective V type v elsewhere), as llama.cpp
+    with --cache-boundary-layers n --cache-type-v-boundary btype lays it out. The policy only raises precision: a
+    btype with no more bits than v changes nothing."""
+    kv = [ly.index for ly in facts.kv_layers]
+    v_layers = {il: v for il in kv}
+    if n <= 0 or not kv:
+        return Boundary([], None, v_layers)
+    if facts.mla:
+        return Boundary([], None, v_layers, note="MLA model: V is stored with K, the boundary policy does not apply")
+    vd = verdict(facts, "V", btype, flash_attn)
+    if vd.status == "unsupported":
+        return Boundary([], None, v_layers, error=vd.reason)
+    bt = vd.effective or btype
+    m = min(n, len(kv))
+    layers = [il for i, il in enumerate(kv) if i < m or i >= len(kv) - m]
+    if ggml_types.cache_type(bt).bits_per_value <= ggml_types.cache_type(v).bits_per_value:
+        return Boundary(layers, bt, v_layers,
+                        note=f"boundary type {bt} does not raise precision over V {v}: the policy changes nothing")
+    return Boundary(layers, bt, v_layers | {il: bt for il in layers})
+
+
 def gpu_pair_error(k: str, v: str, backends: list[str] | tuple[str, ...]) -> str | None:
     """Why a K/V pair cannot run flash attention on a GPU of a patched build with `backends`, or None.
 

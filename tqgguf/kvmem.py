@@ -88,9 +88,11 @@ def cells(facts: ModelFacts, rt: Runtime) -> tuple[int, int, int]:
     return pad(n_ctx // rt.n_seq), rt.n_seq, n_ubatch
 
 
-def kv_size(facts: ModelFacts, rt: Runtime, type_k: str, type_v: str) -> KvSize:
-    """Bytes of the KV cache(s) for effective cache types type_k / type_v."""
+def kv_size(facts: ModelFacts, rt: Runtime, type_k: str, type_v: str, v_layers: dict[int, str] | None = None) -> KvSize:
+    """Bytes of the KV cache(s) for effective cache types type_k / type_v; v_layers gives layers another V type
+    (the boundary-layer V policy, kvcompat.boundary_v)."""
     tk, tv = ggml_types.cache_type(type_k), ggml_types.cache_type(type_v)
+    v_layers = v_layers or {}
     size, streams, n_ubatch = cells(facts, rt)
     v_max = max((ly.v_values for ly in facts.layers), default=0)
     caches = []
@@ -104,7 +106,8 @@ def kv_size(facts: ModelFacts, rt: Runtime, type_k: str, type_v: str) -> KvSize:
         for ly in layers:
             v_width = 0 if facts.mla else (ly.v_values if rt.flash_attn else v_max)
             kb += tk.row_bytes(ly.k_values) * n_cells * streams
-            vb += tv.row_bytes(v_width) * n_cells * streams
+            tvl = ggml_types.cache_type(v_layers[ly.index]) if ly.index in v_layers else tv
+            vb += tvl.row_bytes(v_width) * n_cells * streams
             values += (ly.k_values + v_width) * n_cells * streams
         caches.append(CacheSize(name, n_cells, streams, len(layers), kb, vb, values))
     return KvSize(type_k, type_v, caches)
@@ -129,15 +132,17 @@ class Fit:
     capped: str = ""   # why the search stopped before memory ran out
 
 
-def _need(facts: ModelFacts, rt: Runtime, k: str, v: str, margin: int | None) -> int:
+def _need(facts: ModelFacts, rt: Runtime, k: str, v: str, margin: int | None,
+          v_layers: dict[int, str] | None = None) -> int:
     m = compute_margin(facts, rt) if margin is None else margin
-    return facts.weights_bytes + kv_size(facts, rt, k, v).total + m
+    return facts.weights_bytes + kv_size(facts, rt, k, v, v_layers).total + m
 
 
 def fit(facts: ModelFacts, base: Runtime, k: str, v: str, budget: int, what: str = "ctx",
-        margin: int | None = None) -> Fit:
+        margin: int | None = None, v_layers: dict[int, str] | None = None) -> Fit:
     """Largest context (-c, a multiple of 256, at most n_ctx_train per slot) or the largest number of slots with
-    base.ctx tokens each (-c = slots x ctx, at most 256) whose weights + KV + margin fit in budget bytes."""
+    base.ctx tokens each (-c = slots x ctx, at most 256) whose weights + KV + margin fit in budget bytes; v_layers
+    as for kv_size."""
     from dataclasses import replace
 
     label = k if k == v else f"{k}/{v}"
@@ -153,16 +158,16 @@ def fit(facts: ModelFacts, base: Runtime, k: str, v: str, budget: int, what: str
         def rt_at(i: int) -> Runtime:
             return replace(base, ctx=base.ctx * i, n_seq=i)
         unit = 1
-    if _need(facts, rt_at(1), k, v, margin) > budget:
-        return Fit(label, what, 0, _need(facts, rt_at(1), k, v, margin))
+    if _need(facts, rt_at(1), k, v, margin, v_layers) > budget:
+        return Fit(label, what, 0, _need(facts, rt_at(1), k, v, margin, v_layers))
     lo, hi = 1, hi_cap
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if _need(facts, rt_at(mid), k, v, margin) <= budget:
+        if _need(facts, rt_at(mid), k, v, margin, v_layers) <= budget:
             lo = mid
         else:
             hi = mid - 1
     capped = ""
     if lo == hi_cap:
         capped = "the model's training context" if what == "ctx" else f"llama.cpp's {LLAMA_MAX_SEQ} sequences"
-    return Fit(label, what, lo * unit, _need(facts, rt_at(lo), k, v, margin), capped)
+    return Fit(label, what, lo * unit, _need(facts, rt_at(lo), k, v, margin, v_layers), capped)

@@ -128,16 +128,9 @@ def _flash_attn_from_extra(extra: list[str]) -> bool | None:
 
 
 def _layer_list(layers: list[int]) -> str:
-    """[0, 1, 2, 5] -> '0-2,5'."""
-    out, i = [], 0
-    layers = sorted(layers)
-    while i < len(layers):
-        j = i
-        while j + 1 < len(layers) and layers[j + 1] == layers[j] + 1:
-            j += 1
-        out.append(str(layers[i]) if i == j else f"{layers[i]}-{layers[j]}")
-        i = j + 1
-    return ",".join(out)
+    from .kvcompat import layer_list
+
+    return layer_list(layers)
 
 
 def format_v_types(v_layers: dict[int, str]) -> str:
@@ -201,47 +194,23 @@ def precheck(req: ServeRequest) -> Plan:
             raise TqError(msg, "pass --allow-fallback to accept that, or pick types the model supports (`tqgguf check`)")
         notes.append(msg)
 
-    kv = [ly.index for ly in facts.kv_layers]
-    v_layers = {il: ev for il in kv}
-    boundary: list[int] = []
-    btype = None
-    if req.boundary_n > 0 and kv and not facts.mla:
-        vd = kvcompat.verdict(facts, "V", req.boundary_type, fa)
-        if vd.status == "unsupported":
-            raise TqError(f"boundary type {req.boundary_type} cannot work with {path.name}: {vd.reason}")
-        btype = vd.effective or req.boundary_type
-        n = min(req.boundary_n, len(kv))
-        boundary = [il for i, il in enumerate(kv) if i < n or i >= len(kv) - n]
-        bpv_b = ggml_types.cache_type(btype).bits_per_value
-        if bpv_b > ggml_types.cache_type(ev).bits_per_value:
-            for il in boundary:
-                v_layers[il] = btype
-        else:
-            notes.append(f"boundary type {btype} does not raise precision over V {ev}: the policy changes nothing")
-    elif req.boundary_n > 0 and facts.mla:
-        notes.append("MLA model: V is stored with K, the boundary policy does not apply")
-    return Plan(facts, ek, ev, fa, btype, boundary, v_layers, notes)
+    b = kvcompat.boundary_v(facts, ev, req.boundary_n, req.boundary_type, fa)
+    if b.error:
+        raise TqError(f"boundary type {req.boundary_type} cannot work with {path.name}: {b.error}")
+    if b.note:
+        notes.append(b.note)
+    return Plan(facts, ek, ev, fa, b.type, b.layers, b.v_layers, notes)
 
 
 def expected_kv(plan: Plan, ctx: int, n_seq: int, unified: bool, swa_full: bool = False) -> dict:
     """`tqgguf check`'s KV estimate (kvmem) for the effective types, with the boundary layers' V at their type."""
-    from . import ggml_types, kvmem
+    from . import kvmem
 
     facts = plan.facts
     rt = kvmem.Runtime(ctx=ctx, n_seq=n_seq, unified=unified, flash_attn=plan.flash_attn, swa_full=swa_full)
-    size = kvmem.kv_size(facts, rt, plan.k, plan.v)
-    caches = []
-    tv = ggml_types.cache_type(plan.v)
-    for c in size.caches:
-        extra = 0
-        for ly in facts.kv_layers:
-            in_cache = (ly.swa and facts.swa_type != "none") == (c.name == "swa")
-            t = plan.v_layers.get(ly.index, plan.v)
-            if in_cache and t != plan.v and not facts.mla:
-                tb = ggml_types.cache_type(t)
-                extra += (tb.row_bytes(ly.v_values) - tv.row_bytes(ly.v_values)) * c.cells * c.streams
-        caches.append({"name": c.name, "cells": c.cells, "streams": c.streams, "layers": c.layers,
-                       "k_bytes": c.k_bytes, "v_bytes": c.v_bytes + extra})
+    size = kvmem.kv_size(facts, rt, plan.k, plan.v, None if facts.mla else plan.v_layers)
+    caches = [{"name": c.name, "cells": c.cells, "streams": c.streams, "layers": c.layers, "k_bytes": c.k_bytes,
+               "v_bytes": c.v_bytes} for c in size.caches]
     k_bytes = sum(c["k_bytes"] for c in caches)
     v_bytes = sum(c["v_bytes"] for c in caches)
     return {"k_mib": round(k_bytes / kvmem.MIB, 2), "v_mib": round(v_bytes / kvmem.MIB, 2),
