@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Callable
 
 from .errors import EXIT_WARN, TqError
+from .kvcompat import layer_list as _layer_list
 from .runinfo import BIN_DIR_ENV, manifest_of  # noqa: F401 (BIN_DIR_ENV: the variable serve and niah read)
 
 DEFAULT_BOUNDARY_TYPE = "q8_0"
@@ -125,12 +126,6 @@ def _flash_attn_from_extra(extra: list[str]) -> bool | None:
         if a.startswith("--flash-attn="):
             return a.split("=", 1)[1] not in ("off", "0", "false", "disabled")
     return None
-
-
-def _layer_list(layers: list[int]) -> str:
-    from .kvcompat import layer_list
-
-    return layer_list(layers)
 
 
 def format_v_types(v_layers: dict[int, str]) -> str:
