@@ -27,8 +27,10 @@ app = typer.Typer(
 patches_app = typer.Typer(help="List, check, apply and export the patch series.", no_args_is_help=True)
 app.add_typer(patches_app, name="patches")
 
-out = Console()
-err = Console(stderr=True)
+# soft_wrap: lines longer than the terminal are left to it to wrap, not broken at 80 columns where output goes to a
+# pipe or a log (a path cut in two cannot be copied); tables still fit the width
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
 
 
 def _cli(fn):
