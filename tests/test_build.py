@@ -245,8 +245,12 @@ def test_find_bin_takes_a_build_of_the_same_backends_with_other_flags(tmp_path, 
     exact = fake(src, BuildSpec(backends=["cuda"]), "2025-12-01T00:00:00Z", ["llama-server"])
     assert find_bin(src, BuildSpec(backends=["cuda"]), "llama-server") == exact / "llama-server"  # the spec's own
     assert find_bin(src, BuildSpec(backends=["cuda"], cuda_arch="80"), "llama-server") == old / "llama-server"
-    with pytest.raises(TqError, match="llama-cli is not in the build"):
+    with pytest.raises(TqError, match="llama-cli is not in the cpu\\+cuda build") as e:
         find_bin(src, BuildSpec(backends=["cuda"]), "llama-cli")
+    assert e.value.hint.startswith("`tqgguf build -b cuda` builds it")
+    with pytest.raises(TqError) as e:
+        find_bin(src, BuildSpec(backends=["vulkan", "cuda"]), "llama-server")
+    assert e.value.message == "no cpu+cuda+vulkan build found" and e.value.hint == "run `tqgguf build -b cuda -b vulkan` first"
 
 
 def test_a_patches_apply_tree_is_built_as_it_is(tmp_path, monkeypatch, pin):

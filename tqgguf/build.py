@@ -316,10 +316,12 @@ def find_bin(source: Source, spec: BuildSpec, name: str) -> Path:
     """The path of a built binary for this spec (or, failing that, another build for its backends), without
     building."""
     manifest = find_manifest(source, spec, name)
+    cmd = "tqgguf build" + "".join(f" -b {b}" for b in spec.backends if b != "cpu")
     if manifest is None:
-        raise TqError(f"no {'+'.join(spec.backends)} build found", "run `tqgguf build` first")
+        raise TqError(f"no {'+'.join(spec.backends)} build found", f"run `{cmd}` first")
     path = Path(manifest["build_dir"]) / "bin" / exe_name(name)
     if not path.is_file():
         known = ", ".join(sorted(manifest["binaries"]))
-        raise TqError(f"{name} is not in the build", f"built: {known}; add it with --targets")
+        raise TqError(f"{name} is not in the {'+'.join(spec.backends)} build (built: {known})",
+                      f"`{cmd}` builds it with the other tools tqgguf drives, or add it with --targets")
     return path
