@@ -119,7 +119,7 @@ def test_print_bin(cpu_build):
     assert Path(r.stdout.strip()) == cpu_build.bin_dir / "llama-server"
     r = subprocess.run([sys.executable, "-m", "tqgguf", "build", "--print-bin", "no-such-tool"],
                        capture_output=True, text=True)
-    assert r.returncode == 2 and "Traceback" not in r.stderr and "not in the build" in r.stderr
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "no-such-tool is not in the cpu build" in r.stderr
 
 
 @pytest.mark.build
