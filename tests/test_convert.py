@@ -177,6 +177,12 @@ def test_quantize(converted, llama_bin, tmp_path):
     bad.write_bytes(converted.read_bytes()[:5000])
     r = run_cli("quantize", str(bad), str(tmp_path / "x.gguf"), "Q8_0", "--bin-dir", bin_dir)
     assert r.returncode == 2 and "truncated" in r.stderr
+    # the q8_0 output again: quantized already, refused with what to do, or done with --allow-requantize
+    r = run_cli("quantize", str(out), str(tmp_path / "q4.gguf"), "Q4_0", "--bin-dir", bin_dir)
+    assert r.returncode == 2 and "is quantized already" in r.stderr and "--allow-requantize" in r.stderr
+    assert not (tmp_path / "q4.gguf").exists()
+    r = run_cli("quantize", str(out), str(tmp_path / "q4.gguf"), "Q4_0", "--bin-dir", bin_dir, "--allow-requantize")
+    assert r.returncode == 0 and (tmp_path / "q4.gguf").stat().st_size < out.stat().st_size
 
 
 @pytest.mark.build

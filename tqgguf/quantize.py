@@ -49,6 +49,10 @@ def quantize(binary: Path, src: Path, out: Path, qtype: str, threads: int | None
         raise TqError(f"unknown quantization type {qtype!r}", f"`{binary} --help` lists them (Q4_K_M, Q8_0, ...)")
     if r.returncode != 0 or not part.is_file() or "failed to quantize" in log:
         part.unlink(missing_ok=True)
-        raise TqError(f"llama-quantize failed (exit {r.returncode}): {_last_error(log)}")
+        why = _last_error(log)
+        if "requantizing from type" in why:
+            raise TqError(f"{src.name} is quantized already ({why})",
+                          "start from an f16/bf16 GGUF, or pass --allow-requantize (quality is lost twice)", code=2)
+        raise TqError(f"llama-quantize failed (exit {r.returncode}): {why}")
     os.replace(part, out)
     return out
