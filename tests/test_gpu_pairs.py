@@ -224,9 +224,10 @@ def test_a_local_build_is_named_when_the_pinned_one_is_missing(tmp_path, monkeyp
                                  ("cpu-cuda-ccc", ["cpu", "cuda"], "2026-01-03T00:00:00Z")):
         b = tmp_path / "build" / name / "bin"
         b.mkdir(parents=True)
+        (b / "llama-server").write_text("")
         (b / "tqgguf-manifest.json").write_text(json.dumps({
             "source": {"kind": "local", "root": f"/src/{name}"}, "backends": backends, "built_at": when,
-            "binaries": {"llama-server": str(b / "llama-server")}}))
+            "build_dir": str(b.parent), "binaries": {"llama-server": str(b / "llama-server")}}))
     with pytest.raises(TqError) as e:
         find_tool("llama-server", backends=["cuda"])
     assert "llama.cpp has not been built yet" in e.value.message and "/src/cpu-cuda-ccc" in e.value.message

@@ -300,16 +300,19 @@ def find_manifest(source: Source, spec: BuildSpec, name: str | None = None) -> d
     exact = _read_manifest(build_dir(source, spec) / "bin" / MANIFEST)
     if exact is not None and (name is None or (Path(exact["build_dir"]) / "bin" / exe_name(name)).is_file()):
         return exact
-    best = None
-    for path in (cache_dir() / "build").glob("-".join(spec.backends) + "-*/bin/" + MANIFEST):
+    others = [m for m in builds(spec.backends, name) if (m.get("source") or {}).get("key") == source.key]
+    return others[0] if others else exact
+
+
+def builds(backends: list[str], name: str | None = None) -> list[dict]:
+    """The manifests of every build in the cache for exactly these backends (with `name` among its binaries, when
+    given), newest first."""
+    out = []
+    for path in (cache_dir() / "build").glob("-".join(backends) + "-*/bin/" + MANIFEST):
         m = _read_manifest(path)
-        if not m or m.get("backends") != spec.backends or (m.get("source") or {}).get("key") != source.key:
-            continue
-        if name is not None and not (path.parent / exe_name(name)).is_file():
-            continue
-        if best is None or m.get("built_at", "") > best.get("built_at", ""):
-            best = m
-    return best or exact
+        if m and m.get("backends") == backends and (name is None or (path.parent / exe_name(name)).is_file()):
+            out.append(m)
+    return sorted(out, key=lambda m: m.get("built_at", ""), reverse=True)
 
 
 def find_bin(source: Source, spec: BuildSpec, name: str) -> Path:

@@ -52,21 +52,12 @@ def find_tool(name: str, bin_dir: Path | None = None, backends: list[str] | None
 
 def local_build(backends: list[str], name: str) -> dict | None:
     """The newest `tqgguf build --source DIR` for exactly these backends that has `name`: {source, bin}, or None."""
-    from .build import MANIFEST as BUILD_MANIFEST
-    from .paths import cache_dir
+    from .build import builds
 
-    best = None
-    for path in (cache_dir() / "build").glob(f"*/bin/{BUILD_MANIFEST}"):
-        try:
-            m = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        src = m.get("source") or {}
-        if src.get("kind") != "local" or m.get("backends") != backends or name not in (m.get("binaries") or {}):
-            continue
-        if best is None or m.get("built_at", "") > best[0]:
-            best = (m.get("built_at", ""), {"source": src.get("root"), "bin": str(path.parent)})
-    return best[1] if best else None
+    for m in builds(backends, name):
+        if (m.get("source") or {}).get("kind") == "local":
+            return {"source": m["source"].get("root"), "bin": str(Path(m["build_dir"]) / "bin")}
+    return None
 
 
 def manifest_of(binary: Path) -> dict | None:
