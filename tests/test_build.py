@@ -309,5 +309,6 @@ def test_cuda_without_arch_needs_a_visible_gpu(tmp_path, monkeypatch):
     assert not (tmp_path / "cache").exists()
     monkeypatch.setenv("PATH", f"{fake}:/usr/bin:/bin")
     assert cuda_archs() == []
-    smi.write_text("#!/bin/sh\nprintf '9.0\\n8.6\\n9.0\\n'\n")
+    smi.write_text("#!/bin/sh\nprintf 'NVIDIA H100, 9.0, 81559 MiB, 81000 MiB\\nNVIDIA RTX 3090, 8.6, 24576 MiB, 24000 MiB\\n"
+                   "NVIDIA H100, 9.0, 81559 MiB, 81000 MiB\\n'\n")
     assert cuda_archs() == ["86", "90"]

@@ -53,17 +53,19 @@ def _v_layers(facts: ModelFacts, flash_attn: bool, cfg: str) -> tuple[dict, dict
     return row, (None if b.note else b.v_layers)
 
 
-def _config_row(facts: ModelFacts, rt: Runtime, cfg: str, f16_total: int | None) -> dict:
+def _config_row(facts: ModelFacts, rt: Runtime, cfg: str,
+                f16_total: int | None) -> tuple[dict, dict[int, str] | None]:
+    """The memory row of a config, and its boundary layers' V types (for the fit)."""
     row, v_layers = _v_layers(facts, rt.flash_attn, cfg)
     if not row["supported"]:
-        return row
+        return row, None
     size = kvmem.kv_size(facts, rt, row["effective_k"], row["effective_v"], v_layers)
     row |= {"k_bytes": size.k_bytes, "v_bytes": size.v_bytes, "k_mib": _mib(size.k_bytes),
             "v_mib": _mib(size.v_bytes), "total_mib": _mib(size.total), "bits_per_value": round(size.bits_per_value, 3),
             "caches": [c.__dict__ for c in size.caches]}
     if f16_total and size.total:
         row["vs_f16"] = round(f16_total / size.total, 2)
-    return row
+    return row, v_layers
 
 
 def build_report(path: Path, opts: CheckOptions) -> dict:
@@ -95,18 +97,18 @@ def build_report(path: Path, opts: CheckOptions) -> dict:
     if kvcompat.no_fa_reason(facts):
         warnings.append(kvcompat.no_fa_reason(facts))
     f16 = kvmem.kv_size(facts, rt, "f16", "f16").total if facts.kv_layers else None
-    rows = [_config_row(facts, rt, c, f16) for c in opts.configs] if facts.kv_layers else []
+    sized = [_config_row(facts, rt, c, f16) for c in opts.configs] if facts.kv_layers else []
+    rows = [row for row, _ in sized]
 
     fit = None
     fits_fn = None
     if opts.mem is not None:
         margin = opts.margin if opts.margin is not None else kvmem.compute_margin(facts, rt)
         fits_out = []
-        for row in rows:
+        for row, v_layers in sized:
             if not row["supported"]:
                 continue
-            f = kvmem.fit(facts, rt, row["effective_k"], row["effective_v"], opts.mem, opts.fit, opts.margin,
-                          _v_layers(facts, opts.flash_attn, row["config"])[1])
+            f = kvmem.fit(facts, rt, row["effective_k"], row["effective_v"], opts.mem, opts.fit, opts.margin, v_layers)
             fits_out.append(f.__dict__ | {"config": row["config"], "need_mib": _mib(f.need)})
 
         def fits_fn(cfg: str) -> bool:

@@ -748,6 +748,12 @@ def _guard(name: str, fn: Callable, *args):
         return Tool(name, False, None, None, "error", "", None, detail=f"check crashed: {type(e).__name__}: {e}")
 
 
+def nvidia_gpus() -> list[dict]:
+    """The NVIDIA GPUs nvidia-smi lists on this machine (as `tqgguf doctor` reports them); empty without it."""
+    _, gpus = check_nvidia_smi(_Ctx(shutil.which, subprocess.run, sys.platform, os.environ, Path("/")))
+    return gpus
+
+
 def run_doctor(which: Which = shutil.which, run: Run = subprocess.run, platform: str = sys.platform, *,
                env: Mapping[str, str] | None = None, fs_root: str | os.PathLike = "/",
                vulkan_header: str | os.PathLike | None = None) -> DoctorReport:

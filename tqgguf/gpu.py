@@ -40,14 +40,6 @@ def gpu_free() -> tuple[int, str]:
 
 def cuda_archs() -> list[str]:
     """The CUDA architectures (e.g. "90") of the NVIDIA GPUs nvidia-smi lists; empty without nvidia-smi or GPU."""
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return []
-    try:
-        r = subprocess.run([smi, "--query-gpu=compute_cap", "--format=csv,noheader"], capture_output=True, text=True,
-                           timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    if r.returncode != 0:
-        return []
-    return sorted({ln.strip().replace(".", "") for ln in r.stdout.splitlines() if ln.strip().replace(".", "").isdigit()})
+    from .doctor import nvidia_gpus
+
+    return sorted({g["cuda_arch"] for g in nvidia_gpus() if g["cuda_arch"]})

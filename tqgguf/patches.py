@@ -204,12 +204,11 @@ def sync_series(pristine: Path, work: Path, patches: list[Path], mirror: bool = 
     state = json.loads((work / STATE).read_text())
     old = set(state.get("touched", []))
     changed: list[str] = []
-    if mirror:
-        touched = {rel for p in patches for rel in touched_files(p)}
-        changed += mirror_tree(pristine, work, touched | old)
     with tempfile.TemporaryDirectory(prefix="tqgguf-stage-") as tmp:
         stage = Path(tmp)
         new = _stage(pristine, patches, stage)
+        if mirror:
+            changed += mirror_tree(pristine, work, new | old)
         for rel in sorted(new | old):
             want = stage / rel if rel in new else pristine / rel
             cur = work / rel

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from .errors import TqError
-from .patches import BASE_TAG
+from .patches import BASE_TAG, _git
 from .paths import cache_dir
 from .pin import Pin
 
@@ -173,19 +173,15 @@ def local_source(path: Path) -> Source:
         raise TqError(f"{root} does not look like a llama.cpp source tree (no CMakeLists.txt and ggml/)")
     commit = "unknown"
     applied = False
-    # only a repository whose top is the tree itself: a tree unpacked inside another checkout is not that one's commit
-    env = dict(os.environ, GIT_CEILING_DIRECTORIES=str(root.parent))
+    # patches._git looks no higher than the tree: a tree unpacked inside another checkout is not at that one's commit
     try:
-        r = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, env=env)
+        r = _git(["rev-parse", "HEAD"], root, check=False)
         if r.returncode == 0:
             commit = r.stdout.strip()
-            dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                                   capture_output=True, text=True, env=env).stdout.strip()
-            if dirty:
+            if _git(["status", "--porcelain", "--untracked-files=no"], root, check=False).stdout.strip():
                 commit += "-dirty"
-            applied = subprocess.run(["git", "-C", str(root), "rev-parse", "-q", "--verify", f"refs/tags/{BASE_TAG}"],
-                                     capture_output=True, text=True, env=env).returncode == 0
-    except OSError:
+            applied = _git(["rev-parse", "-q", "--verify", f"refs/tags/{BASE_TAG}"], root, check=False).returncode == 0
+    except TqError:   # git is not installed: the commit stays unknown
         pass
     # keyed by the path alone: a new commit or an edit is brought into the same work copy and build folder (only the
     # changed files are copied and rebuilt); the commit is recorded in the build's manifest
