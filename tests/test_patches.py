@@ -178,3 +178,22 @@ def test_every_patch_has_a_what_and_why_header(pin):
     for p in pin.patch_paths:
         head = p.read_text().split("\n---\n", 1)[0]
         assert "What:" in head and "Why:" in head, f"{p.name} lacks a What:/Why: header"
+
+
+def test_patches_readme_groups_every_patch_once(pin):
+    """patches/README.md's table "The series by concern" names each patch of source.toml in exactly one row."""
+    import re
+
+    text = (pin.patch_paths[0].parent / "README.md").read_text()
+    table = text.split("## The series by concern", 1)[1].split("\n## ", 1)[0]
+    listed: list[int] = []
+    for line in table.splitlines():
+        if not re.match(r"\| \d{4}", line):
+            continue
+        for part in line.split("|")[1].split(","):
+            lo, _, hi = part.strip().partition("-")
+            listed.extend(range(int(lo), int(hi or lo) + 1))
+    series = [int(name[:4]) for name in pin.series]
+    assert sorted(listed) == sorted(series), (
+        f"missing: {sorted(set(series) - set(listed))}, extra or twice: "
+        f"{sorted(n for n in set(listed) if listed.count(n) > 1 or n not in series)}")
