@@ -70,6 +70,10 @@ step_build() {
     log "configure"
     local t0=$(date +%s)
     mapfile -t args < "$ROOT/.h200/cmake-args.txt"
+    # TQ_CUDA_ARCH: another CMAKE_CUDA_ARCHITECTURES, such as 80-virtual, whose PTX the driver compiles on this GPU,
+    # so that the kernels run the code paths of that architecture (ggml picks its features by the highest compiled
+    # architecture, and PDL by the kernels' PTX version)
+    [ -n "${TQ_CUDA_ARCH:-}" ] && args+=("-DCMAKE_CUDA_ARCHITECTURES=$TQ_CUDA_ARCH")
     cmake -S "$SRC" -B "$BUILD" -G Ninja "${args[@]}" -DLLAMA_BUILD_SERVER=OFF > "$BUILD/build.log" 2>&1 \
         || { tail -30 "$BUILD/build.log" | tee -a "$OUT/steps.log"; return 1; }
     log "build"
@@ -80,6 +84,10 @@ step_build() {
     grep -ci "warning" "$BUILD/build.log" | sed 's/^/build warnings: /' | tee -a "$OUT/steps.log"
     local t1=$(date +%s)
     log "build done in $((t1 - t0)) s ($(nproc) jobs)"
+    # which GPU code the library holds (SASS per sm_XX, PTX per compute_XX)
+    command -v cuobjdump > /dev/null && cuobjdump --list-elf --list-ptx "$BIN/libggml-cuda.so" 2>/dev/null \
+        | sed -E 's/^(ELF|PTX) .*\.((sm|compute)_[0-9a-z]+)\.[a-z]+$/\1 \2/' | sort | uniq -c | sed 's/^/gpu code: /' \
+        | tee -a "$OUT/steps.log"
     echo "build_seconds: $((t1 - t0))" >> "$OUT/device.txt"
     # where the build's time goes: ninja's log (start and end in ms of each output) and its ten longest steps
     if [ -f "$BUILD/.ninja_log" ]; then
