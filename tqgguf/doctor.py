@@ -352,7 +352,8 @@ def check_nvcc(ctx: _Ctx) -> Tool:
         ctx, "nvcc", exe, ["--version"],
         _regex_version(r"\bV(\d+\.\d+(?:\.\d+)?)", r"release (\d+\.\d+)"),
         need=f"CUDA toolkit >= {_vstr(MIN_CUDA)} (cuda backend)",
-        fix="apt-get install nvidia-cuda-toolkit (Debian non-free), or NVIDIA's CUDA toolkit / pip install nvidia-cuda-nvcc-cu12",
+        fix=("apt-get install nvidia-cuda-toolkit (Debian non-free), or NVIDIA's CUDA toolkit (PyPI's "
+             "nvidia-cuda-nvcc wheels hold ptxas, not nvcc)"),
         minimum=MIN_CUDA,
         too_old_fix=f"install CUDA toolkit >= {_vstr(MIN_CUDA)} (NVIDIA's repository)",
     )
