@@ -141,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="cuBLAS's headers for CUDA 13 (see scripts/cuda_check.py)")
     ap.add_argument("--cuda11-dir", type=Path, default=Path(tempfile.gettempdir()) / "tqgguf-cuda-11.8",
                     help="where CUDA 11.8 is fetched and unpacked (default: %(default)s)")
+    ap.add_argument("--nvcc", default=os.environ.get("NVCC", "nvcc"),
+                    help="the nvcc for sm_75 and newer (default: $NVCC or nvcc)")
     ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)
     a = ap.parse_args(argv)
 
@@ -153,9 +155,10 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for arch in [x.strip() for x in a.archs.split(",") if x.strip()]:
         old = arch in CUDA11_ARCHS
-        nvcc = str(cuda11(a.cuda11_dir)) if old else (shutil.which("nvcc") or "")
+        nvcc = str(cuda11(a.cuda11_dir)) if old else (shutil.which(a.nvcc) or "")
         if not nvcc:
-            print("cuda_archs: no nvcc on PATH for sm_75 and newer", file=sys.stderr)
+            print(f"cuda_archs: {a.nvcc} not found, which sm_75 and newer need (install the CUDA toolkit, or pass "
+                  "--nvcc)", file=sys.stderr)
             return 2
         includes = [str(a.cuda11_dir / "root/usr/include")] if old else a.include
         other = [f"ggml/src/ggml-cuda/{f}" for f in OTHER_FILES if not (old and f in NOT_ON_CUDA11)]

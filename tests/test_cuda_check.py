@@ -149,3 +149,64 @@ def test_bad_arguments_are_exit_2_with_one_line(cc, tmp_path, capsys, case):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("cuda_check: ")
     assert not (tmp_path / "calls.txt").exists()
+
+
+ARCHS_SCRIPT = ROOT / "scripts" / "cuda_archs.py"
+OTHER = ["set-rows.cu", "cpy.cu", "convert.cu", "fwht.cu", "rope.cu", "getrows.cu", "ggml-cuda.cu"]
+
+
+@pytest.fixture(scope="module")
+def ca(load_script):
+    return load_script(ARCHS_SCRIPT)
+
+
+def make_full_tree(tmp_path: Path, names: list[str]) -> Path:
+    tree = make_tree(tmp_path, names)
+    for f in OTHER:
+        (tree / "ggml" / "src" / "ggml-cuda" / f).write_text("// source\n")
+    return tree
+
+
+def test_archs_compiles_every_file_once_per_architecture(ca, tmp_path, capsys):
+    tree = make_full_tree(tmp_path, ["turbo3_0-turbo3_0", "f16-turbo3_0"])
+    out = tmp_path / "out"
+    rc = ca.main([str(tree), "--archs", "75,89", "--nvcc", str(fake_nvcc(tmp_path)), "-j", "2", "--out", str(out)])
+    assert rc == 0
+    rows = json.loads((out / "summary.json").read_text())
+    assert [r["arch"] for r in rows] == ["75", "89"]
+    for r in rows:
+        assert r["files"] == 2 + len(OTHER) and r["failed"] == []
+        # each file reports the two entries of PTXAS; the instances keep the turbo kernels, the others all
+        assert r["kernels"] == 2 * (2 + len(OTHER))
+        assert len(r["spilling"]) == 2 + len(OTHER) and r["max_registers"] == 128
+        assert {s["spill_stores"] for s in r["spilling"]} == {16}
+    calls = (tmp_path / "calls.txt").read_text().splitlines()
+    compiles = [c for c in calls if " -c " in c]
+    assert sum("-arch=sm_75" in c for c in compiles) == sum("-arch=sm_89" in c for c in compiles) == 2 + len(OTHER)
+    table = (out / "summary.md").read_text()
+    assert "| sm_75 |" in table and "| sm_89 |" in table and "| none |" in table
+    assert capsys.readouterr().out.strip() == table.strip()
+
+
+def test_archs_before_turing_take_the_cuda11_nvcc_without_ggml_cuda_cu(ca, tmp_path, capsys):
+    tree = make_full_tree(tmp_path, ["turbo2_0-turbo2_0", "bad-pair"])
+    c11 = tmp_path / "cuda11"
+    c11.mkdir()
+    wrapper = fake_nvcc(tmp_path)
+    (c11 / "nvcc").write_text(wrapper.read_text())  # an unpacked CUDA 11.8 is used as it is, nothing fetched
+    (c11 / "nvcc").chmod(0o755)
+    rc = ca.main([str(tree), "--archs", "61", "--cuda11-dir", str(c11), "--nvcc", "/no/such/nvcc", "-j", "1"])
+    assert rc == 1
+    out = capsys.readouterr().out
+    assert "| sm_61 |" in out and "fattn-turbo-instance-bad-pair.cu" in out
+    compiles = [c for c in (tmp_path / "calls.txt").read_text().splitlines() if " -c " in c]
+    assert all("-arch=sm_61" in c for c in compiles)
+    assert len(compiles) == 2 + len(OTHER) - 1 and not any("ggml-cuda.cu" in c for c in compiles)
+
+
+def test_archs_without_nvcc_or_tree_is_exit_2(ca, tmp_path, capsys):
+    tree = make_full_tree(tmp_path, ["turbo3_0-turbo3_0"])
+    assert ca.main([str(tree), "--archs", "90", "--nvcc", "/no/such/nvcc"]) == 2
+    assert "/no/such/nvcc not found" in capsys.readouterr().err
+    assert ca.main([str(tmp_path / "nowhere"), "--archs", "90"]) == 2
+    assert "no fattn-turbo instance files" in capsys.readouterr().err
