@@ -19,15 +19,17 @@ Exit codes: 0 every file compiled for every architecture, 1 a file failed, 2 bad
 """
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-import urllib.request
 from pathlib import Path
+
+import requests
+
+from tqgguf.source import sha256_file
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECK = ROOT / "scripts" / "cuda_check.py"
@@ -46,14 +48,6 @@ CUDA11_DEBS = {  # Debian 12 (bookworm) non-free, 11.8.89~11.8.0-5~deb12u1
 }
 
 
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def cuda11(dest: Path) -> Path:
     """The CUDA 11.8 nvcc wrapper under dest, fetched and unpacked on first use."""
     wrapper = dest / "nvcc"
@@ -65,11 +59,13 @@ def cuda11(dest: Path) -> Path:
     root = dest / "root"
     for name, digest in CUDA11_DEBS.items():
         deb = dest / name.replace("%7e", "~")
-        if not deb.is_file() or sha256(deb) != digest:
+        if not deb.is_file() or sha256_file(deb) != digest:
             print(f"fetching {POOL}{name} ...", file=sys.stderr)
-            with urllib.request.urlopen(POOL + name) as r, open(deb, "wb") as f:
-                shutil.copyfileobj(r, f, 1 << 20)
-            if sha256(deb) != digest:
+            with requests.get(POOL + name, stream=True, timeout=60) as r, open(deb, "wb") as f:
+                r.raise_for_status()
+                for chunk in r.iter_content(1 << 20):
+                    f.write(chunk)
+            if sha256_file(deb) != digest:
                 deb.unlink()
                 raise SystemExit(f"cuda_archs: {deb.name}: sha256 mismatch")
         subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True)
