@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -182,8 +183,6 @@ def test_every_patch_has_a_what_and_why_header(pin):
 
 def test_patches_readme_groups_every_patch_once(pin):
     """patches/README.md's table "The series by concern" names each patch of source.toml in exactly one row."""
-    import re
-
     text = (pin.patch_paths[0].parent / "README.md").read_text()
     table = text.split("## The series by concern", 1)[1].split("\n## ", 1)[0]
     listed: list[int] = []
