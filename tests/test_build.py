@@ -40,6 +40,17 @@ def test_cmake_args_golden(backends, kw, extra):
     assert cmake_args(BuildSpec(backends=backends, **kw)) == COMMON + extra
 
 
+def test_cmake_args_macos_metal_only_when_asked(monkeypatch):
+    """ggml builds Metal by default on Apple machines; a build without -b metal turns it off, so that the build has
+    the backends its manifest names (a CPU build that offloaded to Metal would write turbo caches where Metal has no
+    kernels, unchecked)."""
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert cmake_args(BuildSpec()) == COMMON + ["-DGGML_METAL=OFF"]
+    assert cmake_args(BuildSpec(backends=["vulkan"]))[-2:] == ["-DGGML_VULKAN=ON", "-DGGML_METAL=OFF"]
+    metal = cmake_args(BuildSpec(backends=["metal"]))
+    assert metal[-2:] == ["-DGGML_METAL=ON", "-DGGML_METAL_EMBED_LIBRARY=ON"] and "-DGGML_METAL=OFF" not in metal
+
+
 def test_spec_validation():
     assert BuildSpec(backends=["vulkan", "cuda"]).backends == ["cpu", "cuda", "vulkan"]
     assert "-DGGML_NATIVE=OFF" in cmake_args(BuildSpec(native=False))

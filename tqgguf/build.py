@@ -104,6 +104,10 @@ def cmake_args(spec: BuildSpec) -> list[str]:
         args += ["-DGGML_VULKAN=ON"]
     if "metal" in spec.backends:
         args += ["-DGGML_METAL=ON", "-DGGML_METAL_EMBED_LIBRARY=ON"]
+    elif sys.platform == "darwin":
+        # ggml turns Metal on by default on Apple machines: without this a `-b cpu` build would offload layers to a
+        # GPU that has no turbo kernels, while its manifest (and so every check of serve/ppl/bench) says CPU only
+        args += ["-DGGML_METAL=OFF"]
     return args
 
 
