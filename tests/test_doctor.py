@@ -460,3 +460,24 @@ def test_metal_on_darwin(tmp_path):
     assert r.tool("cmake").fix == "brew install cmake"
     assert r.tool("xcode-sdk").status == "missing" and r.tool("xcode-sdk").fix == "xcode-select --install"
     assert not r.backend("metal").buildable
+
+
+@pytest.mark.parametrize("machine,cpuinfo,expect", [
+    ("aarch64", None, "NEON code of patch 0058"),
+    ("arm64", None, "NEON code of patch 0058"),  # macOS
+    ("x86_64", "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\nvmx flags\t: ept\n", "AVX2 code of patches 0003 and 0009 on this CPU"),
+    ("x86_64", "processor\t: 0\nflags\t\t: fpu sse2 sse4_2 avx\n", "this CPU has no AVX2: turbo caches run ggml's generic C code"),
+    ("x86_64", None, "where the CPU has AVX2"),  # no /proc/cpuinfo (macOS)
+    ("x86_64", "processor\t: 0\nvmx flags\t: ept\n", "where the CPU has AVX2"),  # no flags line to read
+    ("riscv64", None, "riscv64: turbo caches run ggml's generic C code"),
+    ("", None, "unknown machine: turbo caches run ggml's generic C code"),
+])
+def test_cpu_turbo_note(tmp_path, machine, cpuinfo, expect):
+    """The cpu backend says which turbo code a native build runs on this CPU: AVX2, NEON, or the generic C code."""
+    root = tmp_path / "root"
+    if cpuinfo is not None:
+        _touch(root / "proc" / "cpuinfo", cpuinfo)
+    r = Fake(BASE).doctor(tmp_path, fs_root=root, machine=machine)
+    notes = r.backend("cpu").notes
+    assert any(expect in n for n in notes), notes
+    assert r.backend("cpu").buildable

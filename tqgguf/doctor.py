@@ -21,6 +21,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import platform as _platform
 import re
 import shutil
 import subprocess
@@ -73,6 +74,30 @@ NO_TURBO_KERNELS_NOTE = ("no turbo kernels: turbo caches run on the CPU only (-n
 # 0.96-0.97x with 0049 (ab-0049/), 0.93-0.98x on a cooperative-matrix build (coopmat-prefill/)) and at about f16's
 # speed at depth 32768 (d32768-0049/); prompts convert quantized K and V to f16 (0051: 0.88-0.91x f16 at depth 8192
 # against 0.37-0.41x on the scalar shader with coopmat2, coopmat-prefill/)
+# which CPU code the series gives the turbo types (the dots, dequantizers and V accumulation of flash attention)
+X86_MACHINES = ("x86_64", "amd64", "i386", "i686", "x86")
+ARM64_MACHINES = ("aarch64", "arm64", "armv8l")
+GENERIC_TURBO_NOTE = ("turbo caches run ggml's generic C code on this CPU (the series has SIMD turbo code for x86 "
+                      "with AVX2 and for 64-bit ARM with NEON only): expect them to decode slower than q8_0 or f16 "
+                      "(before that code, turbo3 decoded at about 0.6x q8_0's speed on x86)")
+
+
+def cpu_turbo_note(machine: str, cpuinfo: str | None) -> str:
+    """A note for the cpu backend: which turbo code a native build on this CPU runs. `cpuinfo` is /proc/cpuinfo's
+    text where there is one (its flags tell whether an x86 CPU has AVX2), else None."""
+    m = machine.lower()
+    if m in ARM64_MACHINES:
+        return "turbo caches use the NEON code of patch 0058 on this CPU"
+    if m in X86_MACHINES:
+        m = re.search(r"^flags\s*:(.*)$", cpuinfo or "", flags=re.M)
+        if m is None:
+            return "turbo caches use the AVX2 code of patches 0003 and 0009 where the CPU has AVX2"
+        if "avx2" in m.group(1).split():
+            return "turbo caches use the AVX2 code of patches 0003 and 0009 on this CPU"
+        return "this CPU has no AVX2: " + GENERIC_TURBO_NOTE
+    return f"{machine or 'unknown machine'}: " + GENERIC_TURBO_NOTE
+
+
 VULKAN_TURBO_NOTE = ("turbo caches: kernels match the CPU (test-backend-ops on lavapipe and an NVIDIA GPU); on that "
                      "GPU decode runs at 0.93-0.98x an f16 cache's speed at depths 0 and 8192 (about 1x at 32768) "
                      "and prompts at 0.88-0.98x, through an f16 scratch of one layer's K and V when both sides are "
@@ -687,8 +712,11 @@ def _base(backend: str, tools: dict[str, Tool], min_cmake: tuple[int, ...]) -> _
     return vd
 
 
-def _verdicts(tools: dict[str, Tool], gpus: list[dict], platform: str) -> list[BackendVerdict]:
-    out = [_base("cpu", tools, MIN_CMAKE).v]
+def _verdicts(tools: dict[str, Tool], gpus: list[dict], platform: str, cpu_note: str | None = None) -> list[BackendVerdict]:
+    cpu = _base("cpu", tools, MIN_CMAKE)
+    if cpu_note:
+        cpu.note(cpu_note)
+    out = [cpu.v]
 
     cuda = _base("cuda", tools, MIN_CMAKE_CUDA)
     cuda.need("nvcc", "CUDA toolkit")
@@ -757,11 +785,12 @@ def nvidia_gpus() -> list[dict]:
 
 def run_doctor(which: Which = shutil.which, run: Run = subprocess.run, platform: str = sys.platform, *,
                env: Mapping[str, str] | None = None, fs_root: str | os.PathLike = "/",
-               vulkan_header: str | os.PathLike | None = None) -> DoctorReport:
+               vulkan_header: str | os.PathLike | None = None, machine: str | None = None) -> DoctorReport:
     """Check the toolchains on this machine and say which backends the pinned llama.cpp can be built for.
 
     `which`, `run`, `platform`, `env` (default os.environ), `fs_root` (prefix for every absolute path the
-    checks look at) and `vulkan_header` (explicit vulkan_core.h) are injectable for tests.
+    checks look at), `vulkan_header` (explicit vulkan_core.h) and `machine` (platform.machine()) are injectable for
+    tests.
     """
     ctx = _Ctx(which, run, platform, os.environ if env is None else env, Path(fs_root))
     tools: list[Tool] = [
@@ -791,8 +820,14 @@ def run_doctor(which: Which = shutil.which, run: Run = subprocess.run, platform:
     metal = _guard("xcode-sdk", check_metal, ctx)
     tools += metal if isinstance(metal, list) else [metal]
     by_name = {t.name: t for t in tools}
+    cpuinfo = ctx.p("/proc/cpuinfo")
     try:
-        backends = _verdicts(by_name, gpus, platform)
+        text = cpuinfo.read_text(errors="replace") if cpuinfo.is_file() else None
+    except OSError:
+        text = None
+    try:
+        backends = _verdicts(by_name, gpus, platform,
+                             cpu_turbo_note(_platform.machine() if machine is None else machine, text))
     except Exception as e:  # noqa: BLE001 - never crash; say so instead
         backends = [BackendVerdict(b, False, [f"verdict failed: {type(e).__name__}: {e}"], [])
                     for b in ("cpu", "cuda", "hip", "vulkan", "metal")]
