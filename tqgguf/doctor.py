@@ -69,35 +69,35 @@ BLOCKING = frozenset({"missing", "too old", "error", "not applicable"})
 # Metal builds get upstream's cache types on the GPU, but the series has no turbo kernels for Metal
 NO_TURBO_KERNELS_NOTE = ("no turbo kernels: turbo caches run on the CPU only (-ngl 0), and tqgguf refuses them with "
                          "layers on this GPU")
-# Vulkan's turbo kernels (patch 0040) match the CPU backend on Mesa's lavapipe and on an H200's NVIDIA driver, where
-# they decode somewhat slower than f16 at short context (bench/results/vulkan-h200/: 0.64-0.79x before 0042,
-# 0.96-0.97x with 0049 (ab-0049/), 0.93-0.98x on a cooperative-matrix build (coopmat-prefill/)) and at about f16's
-# speed at depth 32768 (d32768-0049/); prompts convert quantized K and V to f16 (0051: 0.88-0.91x f16 at depth 8192
-# against 0.37-0.41x on the scalar shader with coopmat2, coopmat-prefill/)
 # which CPU code the series gives the turbo types (the dots, dequantizers and V accumulation of flash attention)
 X86_MACHINES = ("x86_64", "amd64", "i386", "i686", "x86")
-ARM64_MACHINES = ("aarch64", "arm64", "armv8l")
+ARM64_MACHINES = ("aarch64", "arm64")
 GENERIC_TURBO_NOTE = ("turbo caches run ggml's generic C code on this CPU (the series has SIMD turbo code for x86 "
                       "with AVX2 and for 64-bit ARM with NEON only): expect them to decode slower than q8_0 or f16 "
-                      "(before that code, turbo3 decoded at about 0.6x q8_0's speed on x86)")
+                      "(on x86, with only its V rows on the generic code, turbo3 decoded at 0.6x q8_0's speed)")
 
 
 def cpu_turbo_note(machine: str, cpuinfo: str | None) -> str:
     """A note for the cpu backend: which turbo code a native build on this CPU runs. `cpuinfo` is /proc/cpuinfo's
     text where there is one (its flags tell whether an x86 CPU has AVX2), else None."""
-    m = machine.lower()
-    if m in ARM64_MACHINES:
+    arch = machine.lower()
+    if arch in ARM64_MACHINES:
         return "turbo caches use the NEON code of patch 0058 on this CPU"
-    if m in X86_MACHINES:
-        m = re.search(r"^flags\s*:(.*)$", cpuinfo or "", flags=re.M)
-        if m is None:
+    if arch in X86_MACHINES:
+        flags = re.search(r"^flags\s*:(.*)$", cpuinfo or "", flags=re.M)
+        if flags is None:
             return "turbo caches use the AVX2 code of patches 0003 and 0009 where the CPU has AVX2"
-        if "avx2" in m.group(1).split():
+        if "avx2" in flags.group(1).split():
             return "turbo caches use the AVX2 code of patches 0003 and 0009 on this CPU"
         return "this CPU has no AVX2: " + GENERIC_TURBO_NOTE
     return f"{machine or 'unknown machine'}: " + GENERIC_TURBO_NOTE
 
 
+# Vulkan's turbo kernels (patch 0040) match the CPU backend on Mesa's lavapipe and on an H200's NVIDIA driver, where
+# they decode somewhat slower than f16 at short context (bench/results/vulkan-h200/: 0.64-0.79x before 0042,
+# 0.96-0.97x with 0049 (ab-0049/), 0.93-0.98x on a cooperative-matrix build (coopmat-prefill/)) and at about f16's
+# speed at depth 32768 (d32768-0049/); prompts convert quantized K and V to f16 (0051: 0.88-0.91x f16 at depth 8192
+# against 0.37-0.41x on the scalar shader with coopmat2, coopmat-prefill/)
 VULKAN_TURBO_NOTE = ("turbo caches: kernels match the CPU (test-backend-ops on lavapipe and an NVIDIA GPU); on that "
                      "GPU decode runs at 0.93-0.98x an f16 cache's speed at depths 0 and 8192 (about 1x at 32768) "
                      "and prompts at 0.88-0.98x, through an f16 scratch of one layer's K and V when both sides are "
@@ -712,7 +712,8 @@ def _base(backend: str, tools: dict[str, Tool], min_cmake: tuple[int, ...]) -> _
     return vd
 
 
-def _verdicts(tools: dict[str, Tool], gpus: list[dict], platform: str, cpu_note: str | None = None) -> list[BackendVerdict]:
+def _verdicts(tools: dict[str, Tool], gpus: list[dict], platform: str,
+              cpu_note: str | None = None) -> list[BackendVerdict]:
     cpu = _base("cpu", tools, MIN_CMAKE)
     if cpu_note:
         cpu.note(cpu_note)
