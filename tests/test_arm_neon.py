@@ -1,4 +1,4 @@
-"""The CPU backend's turbo code on 64-bit ARM (patch 0057: NEON dots, dequantizers and V accumulation).
+"""The CPU backend's turbo code on 64-bit ARM (patch 0058: NEON dots, dequantizers and V accumulation).
 
 Apple Silicon, Graviton, Ampere and Raspberry Pi machines run ggml-cpu's arch/arm code. This module cross-compiles
 the patched tree for aarch64 (Debian's g++-aarch64-linux-gnu, GGML_NATIVE off: plain ARMv8-A with NEON) and runs
@@ -54,7 +54,7 @@ set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)
 set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE ONLY)
 """
 
-# the NEON functions of 0057 (arch/arm/quants.c); each must look its codebook up with TBL
+# the NEON functions of 0058 (arch/arm/quants.c); each must look its codebook up with TBL
 NEON_FUNCTIONS = [f"ggml_{kind}_turbo{b}_0{suffix}" for b in (2, 3, 4)
                   for kind, suffix in (("vec_dot", "_f32"), ("dequantize_row", "_cpu"), ("vec_mad", "_cpu"))]
 
@@ -88,7 +88,7 @@ def _find(build: Path, name: str) -> Path:
 
 
 def test_neon_functions_use_table_lookups(arm_build):
-    """The turbo functions of the aarch64 ggml-cpu are 0057's NEON code: each has TBL lookups and calls no generic
+    """The turbo functions of the aarch64 ggml-cpu are 0058's NEON code: each has TBL lookups and calls no generic
     fallback."""
     obj = [p for p in arm_build.rglob("quants.c.o") if "arch/arm" in p.as_posix()]
     assert obj, "arch/arm/quants.c was not compiled"
