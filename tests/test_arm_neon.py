@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tqgguf.build import work_tree
+from tqgguf.build import generator, work_tree
 from tqgguf.paths import cache_dir
 
 CROSS = "aarch64-linux-gnu"
@@ -68,8 +68,7 @@ def arm_build(cpu_build, pinned) -> Path:
     toolchain = build / "aarch64-toolchain.cmake"
     toolchain.write_text(TOOLCHAIN)
     log = build / "tqgguf-build.log"
-    gen = ["-G", "Ninja"] if shutil.which("ninja") else []
-    configure = ["cmake", "-S", str(src), "-B", str(build), *gen, f"-DCMAKE_TOOLCHAIN_FILE={toolchain}",
+    configure = ["cmake", "-S", str(src), "-B", str(build), "-G", generator(), f"-DCMAKE_TOOLCHAIN_FILE={toolchain}",
                  "-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=OFF", "-DBUILD_SHARED_LIBS=OFF", "-DGGML_OPENMP=OFF",
                  "-DLLAMA_BUILD_TESTS=ON", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=OFF",
                  "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF"]
