@@ -496,3 +496,54 @@ def test_batched_fit_counts_the_boundary_layers():
         + kvmem.compute_margin(facts, rt_n)
     assert fits["turbo4/turbo2+bv2"]["need_mib"] == round(need / kvmem.MIB, 1)
     assert "changes nothing" in fits["q8_0+bv2"]["note"]
+
+
+# ---- the f16 reference's own speed on AVX512-FP16 CPUs ----------------------------------------------
+
+_CPU_MANIFEST = {"backends": ["cpu"], "cmake_args": ["-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON"],
+                 "compiler": {"machine": "x86_64"}}
+_FP16_CPU = "processor\t: 0\nflags\t\t: fpu sse avx2 avx512f avx512_fp16 amx_tile\n"
+_AVX512_CPU = "processor\t: 0\nflags\t\t: fpu sse avx2 avx512f avx512bw\n"
+
+
+@pytest.mark.parametrize("manifest, ngl, dims, cpuinfo, expect", [
+    (_CPU_MANIFEST, None, {64}, _FP16_CPU, "head dim 64"),
+    (_CPU_MANIFEST, None, {64, 192, 128}, _FP16_CPU, "head dim 64/192"),
+    (_CPU_MANIFEST, None, {128, 256}, _FP16_CPU, None),                  # whole steps: f16's SIMD loop
+    (_CPU_MANIFEST, None, {64}, _AVX512_CPU, None),                      # AVX512F alone: steps of 64
+    (_CPU_MANIFEST, None, {64}, None, None),                             # no /proc/cpuinfo
+    (_CPU_MANIFEST | {"cmake_args": ["-DGGML_NATIVE=OFF"]}, None, {64}, _FP16_CPU, None),
+    (_CPU_MANIFEST | {"compiler": {"machine": "aarch64"}}, None, {64}, _FP16_CPU, None),
+    (_CPU_MANIFEST | {"backends": ["cpu", "cuda"]}, None, {64}, _FP16_CPU, None),   # layers on the GPU
+    (_CPU_MANIFEST | {"backends": ["cpu", "cuda"]}, "0", {64}, _FP16_CPU, "head dim 64"),
+    (None, None, {64}, _FP16_CPU, None),                                 # no manifest: nothing known
+    (_CPU_MANIFEST, None, set(), _FP16_CPU, None),                       # model unreadable
+])
+def test_f16_reference_note(manifest, ngl, dims, cpuinfo, expect):
+    """`tqgguf bench` says when its reference, f16, decodes on ggml's scalar f16 code (AVX512-FP16 works in steps of
+    128 values), which makes every decode ratio to f16 look better than the cache itself makes it."""
+    from tqgguf.bench_sweep import f16_reference_note
+
+    note = f16_reference_note(manifest, ngl, dims, cpuinfo)
+    if expect is None:
+        assert note is None
+    else:
+        assert note is not None and expect in note and "q8_0" in note
+
+
+def test_f16_reference_note_in_the_report(tmp_path, monkeypatch):
+    """The note reaches the report, and the head dims come from the model file."""
+    from test_check import write_model
+
+    from tqgguf import bench_sweep
+    from tqgguf.bench_sweep import BenchResult, BenchSpec, _head_dims, report_markdown
+
+    model = write_model(tmp_path / "m.gguf", n_embd=256, n_head=4, n_head_kv=2)    # head dim 64
+    assert _head_dims(model) == {64}
+    assert _head_dims(tmp_path / "missing.gguf") == set()
+    spec = BenchSpec(binary=tmp_path / "llama-bench", model=model, configs=[], out=tmp_path / "out")
+    meta = {"model": str(model), "depths": [0], "reps": 1, "p": 8, "n": 4, "threads": None, "date": "d",
+            "device": "cpu", "build": {"build_hash": "h", "llama_cpp": "c", "patches": []},
+            "notes": [bench_sweep.f16_reference_note(_CPU_MANIFEST, None, _head_dims(model), _FP16_CPU)]}
+    text = report_markdown(BenchResult(spec, [], {}, [], [], [], meta))
+    assert "- note: f16 decode on this CPU runs ggml's scalar f16 code for head dim 64" in text

@@ -21,7 +21,7 @@ from typing import Callable, Iterator
 from . import __version__
 from .errors import EXIT_WARN, TqError
 from .perplexity import CacheConfig
-from .runinfo import build_hash, build_summary, check_gpu_pairs, device, file_sha256
+from .runinfo import build_hash, build_summary, check_gpu_pairs, device, file_sha256, manifest_of
 from .sweep_store import Store, record_key
 from .tables import differ, markdown, write_outputs
 from .toolrun import stream, tail
@@ -295,9 +295,63 @@ def check_spec(spec: BenchSpec) -> None:
         raise TqError(f"-r must be >= 1, got {spec.reps}")
 
 
+# With AVX512-FP16, ggml-cpu's f16 dot product and accumulation (ggml_vec_dot_f16, ggml_vec_mad_f16) run their SIMD
+# loop over whole steps of GGML_F16_STEP = 128 values only; the rest of a row goes through the scalar tail. A head
+# dim of 64 is all tail, and there an f16 cache decoded 3.1-3.5x slower than the turbo types on SmolLM2, against
+# 0.98-1.23x at head dim 128 (bench/results/cpu-xeon-0055/). That is upstream's f16 path, not the turbo cache.
+F16_STEP_AVX512FP16 = 128
+
+
+def f16_reference_note(manifest: dict | None, n_gpu_layers: str | None, head_dims: set[int],
+                       cpuinfo: str | None) -> str | None:
+    """A note for the report where f16, the reference of every ratio, decodes on upstream's scalar path: a run on
+    the CPU (no GPU backend, or -ngl 0), a native x86 build on a CPU with AVX512-FP16 (/proc/cpuinfo's text), and a
+    K or V head dim that is not a multiple of 128."""
+    from .kvcompat import gpu_offload
+
+    m = manifest or {}
+    if gpu_offload(m.get("backends"), n_gpu_layers) or "-DGGML_NATIVE=ON" not in (m.get("cmake_args") or []):
+        return None
+    if (m.get("compiler") or {}).get("machine") not in ("x86_64", "amd64", "AMD64"):
+        return None
+    flags = re.search(r"^flags\s*:(.*)$", cpuinfo or "", flags=re.M)
+    if flags is None or "avx512_fp16" not in flags.group(1).split():
+        return None
+    odd = sorted(d for d in head_dims if d % F16_STEP_AVX512FP16)
+    if not odd:
+        return None
+    return (f"f16 decode on this CPU runs ggml's scalar f16 code for head dim {'/'.join(map(str, odd))}: with "
+            f"AVX512-FP16 its f16 dot product works in steps of {F16_STEP_AVX512FP16} values, so decode ratios to "
+            "f16 overstate what a smaller cache gains (compare with the q8_0 row; bench/results/cpu-xeon-0055/ in "
+            "tqgguf's repo)")
+
+
+def _head_dims(model: Path) -> set[int]:
+    """The K and V head dims of the model's KV-cache layers (empty where the file cannot be read)."""
+    from .gguf_check import load_facts
+    from .gguf_read import GgufError
+
+    try:
+        _, facts = load_facts(model)
+    except (GgufError, OSError, ValueError):  # the note is optional; llama-bench reports a bad model itself
+        return set()
+    return {d for ly in facts.kv_layers for d in (ly.head_dim_k, ly.head_dim_v)}
+
+
+def _cpuinfo() -> str | None:
+    try:
+        return Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return None
+
+
 def run_bench_sweep(spec: BenchSpec, ev: Events | None = None) -> BenchResult:
     ev = ev or Events()
     check_spec(spec)
+    notes = [n for n in [f16_reference_note(manifest_of(spec.binary), spec.n_gpu_layers, _head_dims(spec.model),
+                                            _cpuinfo())] if n]
+    for n in notes:
+        ev.info("note: " + n)
     f16 = CacheConfig("f16", "f16")
     configs = [f16] + [c for c in spec.configs if c.label != "f16"]
     fits: dict[str, dict] = {}
@@ -391,7 +445,7 @@ def run_bench_sweep(spec: BenchSpec, ev: Events | None = None) -> BenchResult:
         rows += [SpeedRow(**r) for r in rec["result"]["rows"]]
     add_ratios(rows, run_of)
     meta = meta_base | {"date": time.strftime("%Y-%m-%d"), "p": spec.n_prompt, "n": spec.n_gen,
-                        "threads": spec.threads}
+                        "threads": spec.threads, "notes": notes}
     if spec.batched:
         meta |= {"seq_ctx": spec.seq_ctx, "npl": npl_of, "mem_mib": round(spec.mem / 2**20) if spec.mem else None,
                  "mem_source": spec.mem_source}
@@ -459,8 +513,8 @@ def report_markdown(res: BenchResult) -> str:
             f"- build: llama.cpp {b.get('llama_cpp')} + patches {', '.join(b.get('patches') or []) or '-'} "
             f"(build hash {b['build_hash']}); device: {m['device']}; date: {m['date']}\n"
             "- tok/s: mean ± standard deviation over the repetitions; x f16: ratio to f16 measured in the same "
-            "invocation (\"*\": f16 from another invocation), with the error of both; \"≈1\": within 2 errors of 1\n\n"
-            + table + "\n")
+            "invocation (\"*\": f16 from another invocation), with the error of both; \"≈1\": within 2 errors of 1\n"
+            + "".join(f"- note: {n}\n" for n in m.get("notes") or []) + "\n" + table + "\n")
 
 
 def write_report(res: BenchResult, plot: bool = False) -> dict[str, Path]:
