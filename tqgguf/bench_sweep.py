@@ -21,7 +21,8 @@ from typing import Callable, Iterator
 from . import __version__
 from .errors import EXIT_WARN, TqError
 from .perplexity import CacheConfig
-from .runinfo import build_hash, build_summary, check_gpu_pairs, device, file_sha256, manifest_of
+from .runinfo import build_hash, build_summary, check_gpu_pairs, cpu_flags, cpuinfo_text, device, file_sha256, \
+    manifest_of
 from .sweep_store import Store, record_key
 from .tables import differ, markdown, write_outputs
 from .toolrun import stream, tail
@@ -314,8 +315,7 @@ def f16_reference_note(manifest: dict | None, n_gpu_layers: str | None, head_dim
         return None
     if (m.get("compiler") or {}).get("machine") not in ("x86_64", "amd64", "AMD64"):
         return None
-    flags = re.search(r"^flags\s*:(.*)$", cpuinfo or "", flags=re.M)
-    if flags is None or "avx512_fp16" not in flags.group(1).split():
+    if "avx512_fp16" not in (cpu_flags(cpuinfo) or set()):
         return None
     odd = sorted(d for d in head_dims if d % F16_STEP_AVX512FP16)
     if not odd:
@@ -338,18 +338,11 @@ def _head_dims(model: Path) -> set[int]:
     return {d for ly in facts.kv_layers for d in (ly.head_dim_k, ly.head_dim_v)}
 
 
-def _cpuinfo() -> str | None:
-    try:
-        return Path("/proc/cpuinfo").read_text(errors="replace")
-    except OSError:
-        return None
-
-
 def run_bench_sweep(spec: BenchSpec, ev: Events | None = None) -> BenchResult:
     ev = ev or Events()
     check_spec(spec)
     notes = [n for n in [f16_reference_note(manifest_of(spec.binary), spec.n_gpu_layers, _head_dims(spec.model),
-                                            _cpuinfo())] if n]
+                                            cpuinfo_text())] if n]
     for n in notes:
         ev.info("note: " + n)
     f16 = CacheConfig("f16", "f16")

@@ -30,6 +30,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from .runinfo import cpu_flags
+
 VERSION_TIMEOUT_S = 10
 
 # ---- thresholds (pinned llama.cpp) ------------------------------------------------------------
@@ -84,10 +86,10 @@ def cpu_turbo_note(machine: str, cpuinfo: str | None) -> str:
     if arch in ARM64_MACHINES:
         return "turbo caches use the NEON code of patch 0058 on this CPU"
     if arch in X86_MACHINES:
-        flags = re.search(r"^flags\s*:(.*)$", cpuinfo or "", flags=re.M)
+        flags = cpu_flags(cpuinfo)
         if flags is None:
             return "turbo caches use the AVX2 code of patches 0003 and 0009 where the CPU has AVX2"
-        if "avx2" in flags.group(1).split():
+        if "avx2" in flags:
             return "turbo caches use the AVX2 code of patches 0003 and 0009 on this CPU"
         return "this CPU has no AVX2: " + GENERIC_TURBO_NOTE
     return f"{machine or 'unknown machine'}: " + GENERIC_TURBO_NOTE

@@ -117,14 +117,23 @@ def file_sha256(path: Path) -> str:
     return digest
 
 
-def cpu_name() -> str:
+def cpuinfo_text() -> str | None:
+    """/proc/cpuinfo's text, None where there is none (macOS, Windows)."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+        return Path("/proc/cpuinfo").read_text(errors="replace")
     except OSError:
-        pass
-    return platform.processor() or platform.machine()
+        return None
+
+
+def cpu_flags(cpuinfo: str | None) -> set[str] | None:
+    """The feature flags of /proc/cpuinfo's first `flags` line (x86: "avx2", "avx512_fp16", ...); None without one."""
+    m = re.search(r"^flags\s*:(.*)$", cpuinfo or "", flags=re.M)
+    return set(m.group(1).split()) if m else None
+
+
+def cpu_name() -> str:
+    m = re.search(r"^model name\s*:(.*)$", cpuinfo_text() or "", flags=re.M)
+    return m.group(1).strip() if m else (platform.processor() or platform.machine())
 
 
 def gpu_names() -> list[str]:
