@@ -21,8 +21,8 @@ from typing import Callable, Iterator
 from . import __version__
 from .errors import EXIT_WARN, TqError
 from .perplexity import CacheConfig
-from .runinfo import build_hash, build_summary, check_gpu_pairs, cpu_flags, cpuinfo_text, device, file_sha256, \
-    manifest_of
+from .runinfo import X86_MACHINES, build_hash, build_summary, check_gpu_pairs, cpu_flags, cpuinfo_text, device, \
+    file_sha256, manifest_of
 from .sweep_store import Store, record_key
 from .tables import differ, markdown, write_outputs
 from .toolrun import stream, tail
@@ -313,7 +313,7 @@ def f16_reference_note(manifest: dict | None, n_gpu_layers: str | None, head_dim
     m = manifest or {}
     if gpu_offload(m.get("backends"), n_gpu_layers) or "-DGGML_NATIVE=ON" not in (m.get("cmake_args") or []):
         return None
-    if (m.get("compiler") or {}).get("machine") not in ("x86_64", "amd64", "AMD64"):
+    if str((m.get("compiler") or {}).get("machine")).lower() not in X86_MACHINES:
         return None
     if "avx512_fp16" not in (cpu_flags(cpuinfo) or set()):
         return None

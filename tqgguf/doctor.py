@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from .runinfo import cpu_flags
+from .runinfo import ARM64_MACHINES, X86_MACHINES, cpu_flags
 
 VERSION_TIMEOUT_S = 10
 
@@ -72,8 +72,6 @@ BLOCKING = frozenset({"missing", "too old", "error", "not applicable"})
 NO_TURBO_KERNELS_NOTE = ("no turbo kernels: turbo caches run on the CPU only (-ngl 0), and tqgguf refuses them with "
                          "layers on this GPU")
 # which CPU code the series gives the turbo types (the dots, dequantizers and V accumulation of flash attention)
-X86_MACHINES = ("x86_64", "amd64", "i386", "i686", "x86")
-ARM64_MACHINES = ("aarch64", "arm64")
 GENERIC_TURBO_NOTE = ("turbo caches run ggml's generic C code on this CPU (the series has SIMD turbo code for x86 "
                       "with AVX2 and for 64-bit ARM with NEON only): expect them to decode slower than q8_0 or f16 "
                       "(on x86, with only its V rows on the generic code, turbo3 decoded at 0.6x q8_0's speed)")

@@ -117,6 +117,11 @@ def file_sha256(path: Path) -> str:
     return digest
 
 
+# platform.machine() names (lower-cased) of x86 and 64-bit ARM CPUs
+X86_MACHINES = ("x86_64", "amd64", "i386", "i686", "x86")
+ARM64_MACHINES = ("aarch64", "arm64")
+
+
 def cpuinfo_text() -> str | None:
     """/proc/cpuinfo's text, None where there is none (macOS, Windows)."""
     try:
